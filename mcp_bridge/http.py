@@ -1,0 +1,230 @@
+"""MCP over HTTP: an ASGI 3 app for ``POST /mcp`` (MCP "streamable HTTP", stateless).
+
+Each POST carries one JSON-RPC message and its own ``x-hyphae-key``; the key is
+authenticated on every request and no session is kept (no ``Mcp-Session-Id``). Requests
+are answered with one ``application/json`` response, which the streamable-HTTP
+transport allows whatever the client's ``Accept`` says (SDK clients send
+``application/json, text/event-stream``); we never open an SSE stream because the
+server never speaks first. The mounting router decides which path reaches the app.
+
+Checks, in this order (the first that fails answers; every error body is a JSON-RPC
+error response with ``id`` null, since the body has not been read yet):
+
+    check                                           failure
+    1 method is POST                                405, Allow: POST          -32600
+    2 Origin, when present, is a loopback origin    403 (DNS-rebinding guard) -32003 forbidden
+    3 x-hyphae-key present and authenticates        401                       -32001 unauthenticated
+    4 MCP-Protocol-Version, when present, supported 400 (absent: accepted)    -32600
+    5 Content-Type is application/json              415                       -32600
+    6 body at most 1 MiB (Content-Length, then as   413, reading stops        -32600 reason too_large
+      it streams in)
+    7 body is one JSON-RPC message                  400                       -32700 / -32600
+
+Then: a notification or a response → 202 with no body; a request → 200 with the
+JSON-RPC response (method-level errors such as -32601 or a facade error are 200 too:
+HTTP carried the exchange fine). Loopback origins are ``http(s)://`` + ``localhost``,
+any 127.0.0.0/8 address or ``[::1]``, on any port.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from node.errors import HyphaeError
+
+from . import jsonrpc
+from .dispatch import SUPPORTED_PROTOCOL_VERSIONS, Dispatcher
+from .errors import from_hyphae_error, internal_error, reason_error
+from .jsonrpc import INVALID_REQUEST, PARSE_ERROR, JsonRpcError
+
+__all__ = ["MAX_BODY_BYTES", "make_mcp_app", "is_loopback_origin"]
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1 << 20
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def is_loopback_origin(origin: str) -> bool:
+    """``http(s)://localhost``, ``127.0.0.0/8`` or ``[::1]``, any port; nothing else."""
+    try:
+        parts = urlsplit(origin)
+        parts.port  # raises ValueError on a malformed port
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or parts.username is not None or parts.query or parts.fragment:
+        return False
+    if parts.path not in ("", "/"):
+        return False
+    host = parts.hostname
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    """Header names lower-cased; repeated headers joined with ", " (RFC 9110 §5.3)."""
+    joined: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", ()):
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1").strip()
+        joined[name] = f"{joined[name]}, {value}" if name in joined else value
+    return joined
+
+
+async def _send_json(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_error(
+    send: Send, status: int, error: JsonRpcError, extra: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    await _send_json(send, status, jsonrpc.encode(jsonrpc.failure(None, error)), extra)
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it passes ``limit`` (the rest is never read)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _too_large() -> JsonRpcError:
+    return JsonRpcError(
+        INVALID_REQUEST,
+        f"request body exceeds {MAX_BODY_BYTES} bytes",
+        {"reason": "too_large", "limit": MAX_BODY_BYTES},
+    )
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable[Any]]) -> ASGIApp:
+    """The ASGI app serving MCP for ``dispatcher``; ``authenticate(key)`` returns a principal
+    or raises ``node.errors.Unauthenticated``."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        headers = _headers(scope)
+
+        # 1. method
+        if scope["method"] != "POST":
+            error = JsonRpcError(INVALID_REQUEST, f"{scope['method']} is not allowed here: POST one JSON-RPC message")
+            await _send_error(send, 405, error, ((b"allow", b"POST"),))
+            return
+
+        # 2. Origin (DNS rebinding: a web page must not drive a local agent's memory)
+        origin = headers.get("origin")
+        if origin is not None and not is_loopback_origin(origin):
+            error = reason_error("forbidden", f"origin {origin!r} is not allowed: only loopback origins may call /mcp")
+            await _send_error(send, 403, error)
+            return
+
+        # 3. x-hyphae-key, authenticated on every request
+        key = headers.get("x-hyphae-key")
+        if not key:
+            error = reason_error("unauthenticated", "missing x-hyphae-key header: send your Hyphae API key")
+            await _send_error(send, 401, error)
+            return
+        try:
+            principal = await authenticate(key)
+        except HyphaeError as exc:
+            await _send_error(send, exc.http_status, from_hyphae_error(exc))
+            return
+        except Exception:
+            logger.exception("authenticating an MCP request failed")
+            await _send_error(send, 500, internal_error())
+            return
+
+        # 4. MCP-Protocol-Version: absent is the pre-2025-06-18 path; present must be supported
+        version = headers.get("mcp-protocol-version")
+        if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
+            error = JsonRpcError(
+                INVALID_REQUEST,
+                f"unsupported MCP-Protocol-Version {version!r}; supported: {', '.join(SUPPORTED_PROTOCOL_VERSIONS)}",
+                {
+                    "reason": "invalid_argument",
+                    "field": "MCP-Protocol-Version",
+                    "supported": list(SUPPORTED_PROTOCOL_VERSIONS),
+                },
+            )
+            await _send_error(send, 400, error)
+            return
+
+        # 5. Content-Type
+        media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            error = JsonRpcError(
+                INVALID_REQUEST,
+                "Content-Type must be application/json",
+                {"reason": "invalid_argument", "field": "Content-Type"},
+            )
+            await _send_error(send, 415, error)
+            return
+
+        # 6. size: refuse on the declared length, else stop reading at the limit
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            await _send_error(send, 413, _too_large())
+            return
+        try:
+            body = await _read_body(receive, MAX_BODY_BYTES)
+        except _ClientGone:
+            return
+        if body is None:
+            await _send_error(send, 413, _too_large())
+            return
+
+        # 7. parse and answer
+        response = await dispatcher.handle(body, principal)
+        if response is None:
+            await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        code = response.get("error", {}).get("code")
+        status = 400 if code in (PARSE_ERROR, INVALID_REQUEST) else 200
+        await _send_json(send, status, jsonrpc.encode(response))
+
+    return app

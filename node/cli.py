@@ -1,0 +1,291 @@
+"""``hyphae``: the command line.
+
+Commands that read or write memories act as the agent whose key is in
+``HYPHAE_API_KEY``. Every read command takes ``--json`` for scripts. Exit codes:
+0 done, 1 the operation failed, 2 bad usage, 3 no usable data dir or config,
+4 not authenticated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .config import resolve_home
+from .energy import CELL_TYPES
+from .errors import ConfigError, HyphaeError, Unauthenticated
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFIG, EXIT_AUTH = 0, 1, 2, 3, 4
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- output -----------------------------------------------------------------------
+
+
+def emit_json(data: Any) -> None:
+    print(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _short(text: str, width: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# -- commands -----------------------------------------------------------------------
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from mesh.identity import NodeIdentity
+
+    from .home import init_home
+
+    config, created = init_home(args.home)
+    node_id = NodeIdentity.load(config.key_path).node_id
+    if args.json:
+        emit_json({"home": str(config.home), "node_id": node_id, "tenant_id": config.tenant_id, "created": created})
+        return EXIT_OK
+    verb = "Initialised" if created else "Already initialised:"
+    print(f"{verb} {config.home}")
+    print(f"  node id   {node_id}")
+    print(f"  tenant    {config.tenant_id}")
+    if created:
+        print("Next: `hyphae agent add NAME` to get an API key for an agent.")
+    return EXIT_OK
+
+
+def cmd_agent_add(args: argparse.Namespace) -> int:
+    async def run(service):
+        return await service.add_agent(args.name, args.project)
+
+    principal, api_key = with_service(args, run)
+    if args.json:
+        emit_json({"name": principal.name, "agent_id": principal.agent_id, "projects": list(principal.projects), "api_key": api_key})
+        return EXIT_OK
+    scope = ", ".join(principal.projects) or "all projects"
+    print(f"Agent {principal.name!r} ({principal.agent_id}) can read {scope}.", file=sys.stderr)
+    print("Its API key is shown once; store it now (e.g. export HYPHAE_API_KEY=...):", file=sys.stderr)
+    print(api_key)
+    return EXIT_OK
+
+
+def cmd_agent_list(args: argparse.Namespace) -> int:
+    agents = with_service(args, lambda service: service.list_agents())
+    if args.json:
+        emit_json({"agents": agents})
+        return EXIT_OK
+    if not agents:
+        print("No agents yet: `hyphae agent add NAME`.")
+    for agent in agents:
+        state = f"revoked {_when(agent['revoked_at'])}" if agent["revoked_at"] else "active"
+        scope = ",".join(agent["projects"]) or "*"
+        print(f"{agent['name']:<20} {state:<28} projects={scope}  id={agent['agent_id']}")
+    return EXIT_OK
+
+
+def cmd_agent_revoke(args: argparse.Namespace) -> int:
+    result = with_service(args, lambda service: service.revoke_agent(args.name))
+    if args.json:
+        emit_json(result)
+    else:
+        print(f"Revoked {args.name!r}: its key stops working on the next call.")
+    return EXIT_OK
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    content = sys.stdin.read() if args.text == "-" else args.text
+    metadata = json.loads(args.metadata) if args.metadata else None
+    source_ref = None
+    if args.ref:
+        kind, _, locator = args.ref.partition(":")
+        source_ref = {"kind": kind, "locator": locator}
+    result = with_principal(
+        args,
+        lambda service, principal: service.store(
+            principal,
+            content=content,
+            cell_type=args.type,
+            salience=args.salience,
+            project=args.project,
+            scene_id=args.scene,
+            source_ref=source_ref,
+            metadata=metadata,
+            idempotency_key=args.idempotency_key,
+        ),
+    )
+    if args.json:
+        emit_json(result)
+    else:
+        print(result["node_id"])
+    return EXIT_OK
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    result = with_principal(
+        args,
+        lambda service, principal: service.search(
+            principal, query=args.query, k=args.k, layer=args.layer, cell_types=args.type, project=args.project
+        ),
+    )
+    if args.json:
+        emit_json(result)
+        return EXIT_OK
+    if not result["results"]:
+        print("No memories match.")
+    for hit in result["results"]:
+        print(f"{hit['distance']:.3f}  [{hit['cell_type']}] {_short(hit['content'])}")
+        print(f"       {hit['node_id']}  {_when(hit['created_at'])}")
+    return EXIT_OK
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    if args.pull:
+        call = lambda service, principal: service.pull_inbox(principal, limit=args.limit)  # noqa: E731
+    else:
+        call = lambda service, principal: service.inbox(principal, since=args.since, limit=args.limit)  # noqa: E731
+    result = with_principal(args, call)
+    if args.json:
+        emit_json(result)
+        return EXIT_OK
+    if not result["diffs"]:
+        print("Inbox is empty.")
+    for diff in result["diffs"]:
+        print(f"{_when(diff['received_at'])}  sim={diff['similarity']:.2f}  [{diff['cell_type']}] {_short(diff['content'])}")
+        print(f"       {diff['node_id']} from {diff['source_agent']} @ {diff['origin_node'][:12]} hops={diff['hops']}")
+    return EXIT_OK
+
+
+# -- plumbing ----------------------------------------------------------------------
+
+
+def with_service(args: argparse.Namespace, action: Callable) -> Any:
+    """Open the node in this process and run ``action(service)`` on it."""
+    from .home import open_node
+
+    async def run():
+        async with open_node(args.home) as service:
+            return await action(service)
+
+    return trio.run(run)
+
+
+def with_principal(args: argparse.Namespace, action: Callable) -> Any:
+    """Like :func:`with_service`, as the agent whose key is in ``HYPHAE_API_KEY``."""
+    api_key = os.environ.get("HYPHAE_API_KEY", "")
+    if not api_key:
+        raise CliError("HYPHAE_API_KEY is not set: create a key with `hyphae agent add NAME`", EXIT_AUTH)
+
+    async def run(service):
+        principal = await service.authenticate(api_key)
+        return await action(service, principal)
+
+    return with_service(args, run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hyphae",
+        description="Hyphae: shared memory for AI coding agents, gossiped to whoever it is relevant to.",
+        epilog="Start with `hyphae init`, then `hyphae agent add NAME`. Data dir: $HYPHAE_HOME or ~/.hyphae.",
+    )
+    parser.add_argument("--home", type=Path, default=None, help="data dir (default: $HYPHAE_HOME or ~/.hyphae)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more to stderr")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    def command(name: str, handler: Callable, help: str, parent=commands) -> argparse.ArgumentParser:
+        sub = parent.add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
+        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+        return sub
+
+    command("init", cmd_init, "create the data dir, config and node key")
+
+    agent = commands.add_parser("agent", help="manage agents and their API keys", description="manage agents and their API keys")
+    agent_commands = agent.add_subparsers(dest="agent_command", metavar="ACTION")
+    agent_commands.required = True
+    add = command("add", cmd_agent_add, "create an agent; prints its API key once, on the last line", agent_commands)
+    add.add_argument("name")
+    add.add_argument("--project", action="append", help="limit the key to a project (repeatable)")
+    command("list", cmd_agent_list, "list agents", agent_commands)
+    revoke = command("revoke", cmd_agent_revoke, "revoke an agent's key", agent_commands)
+    revoke.add_argument("name")
+
+    store = command("store", cmd_store, "store a memory (as $HYPHAE_API_KEY's agent); prints its node_id")
+    store.add_argument("text", help="the memory; '-' reads stdin")
+    store.add_argument("--type", required=True, choices=CELL_TYPES, help="cell type")
+    store.add_argument("--salience", type=float, default=None, help="0..1, default 0.5; higher reaches further")
+    store.add_argument("--project")
+    store.add_argument("--scene")
+    store.add_argument("--ref", help="source reference as KIND:LOCATOR, e.g. file:src/db.py:42")
+    store.add_argument("--metadata", help="a JSON object")
+    store.add_argument("--idempotency-key")
+
+    recall = command("recall", cmd_recall, "find the memories nearest to a query, with content")
+    recall.add_argument("query")
+    recall.add_argument("-k", type=int, default=10)
+    recall.add_argument("--layer", default="L0", choices=("L0", "L1", "L2"))
+    recall.add_argument("--type", action="append", choices=CELL_TYPES, help="only these cell types (repeatable)")
+    recall.add_argument("--project")
+
+    inbox = command("inbox", cmd_inbox, "show what your beacons caught")
+    inbox.add_argument("--since", help="milliseconds or RFC 3339 time")
+    inbox.add_argument("--limit", type=int)
+    inbox.add_argument("--pull", action="store_true", help="take the next page and advance the server cursor")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.home = resolve_home(args.home)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return args.handler(args)
+    except CliError as exc:
+        print(f"hyphae: {exc}", file=sys.stderr)
+        return exc.code
+    except Unauthenticated as exc:
+        print(f"hyphae: {exc.message}", file=sys.stderr)
+        return EXIT_AUTH
+    except ConfigError as exc:
+        print(f"hyphae: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    except HyphaeError as exc:
+        where = f" ({exc.field})" if exc.field else ""
+        print(f"hyphae: {exc.reason}{where}: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
+    except json.JSONDecodeError as exc:
+        print(f"hyphae: --metadata is not JSON: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

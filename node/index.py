@@ -1,0 +1,430 @@
+"""The per-layer approximate-nearest-neighbour index.
+
+Why hnswlib: an HNSW graph answers a k=10 cosine query over 100k 384-d vectors in well under a
+millisecond at recall@10 above 0.98 (see ``benchmarks/results/index.md``), supports deletion marks,
+in-place resizing and a single-file save, and ships as a wheel (``chroma-hnswlib``). Exact numpy
+search is 20-40x slower at that size.
+
+Labels are the caller's int64 ids (the cell's SQLite rowid), so a hit maps straight back to a row and
+the index stores nothing the database does not already hold. The database is the source of truth;
+the index is a cache that can always be rebuilt from it. ``covered_seq`` is its durable watermark: the
+highest caller-defined sequence number whose rows are all in the index, saved with it. After a restart
+the caller loads the index and replays only rows newer than ``covered_seq``; when ``load`` reports
+anything but ``"ok"`` the index is empty and the caller rebuilds it from the database.
+
+Save protocol (a crash at any point leaves the previous good pair loadable):
+
+1. hnswlib writes the graph to a fresh, uniquely named file ``<layer>-<token>.hnsw``; it is fsynced
+   and hashed (blake2b). No meta names it yet, so a crash here leaves only an orphan.
+2. The meta JSON (layer, dim, space, counts, ``covered_seq``, parameters, format version, the index
+   file's name and checksum) goes to a temp name, is fsynced and ``os.replace``-d over
+   ``<layer>.meta.json``; the directory is fsynced. This rename is the commit point.
+3. Older index files and temp leftovers of this layer are deleted.
+
+``load`` checks the checksum before hnswlib parses the file, because hnswlib trusts its input and may
+crash the process on a damaged file.
+
+Threads: ``search`` runs under a shared lock and may run on several threads at once (hnswlib releases
+the GIL while it searches); ``add``, ``remove`` and ``load`` take the lock exclusively, ``add`` in
+chunks so searches interleave with a long rebuild. ``save`` holds the shared lock while hnswlib writes,
+which keeps writers out but lets searches continue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import pathlib
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import hnswlib
+import numpy as np
+
+__all__ = ["LayerIndex", "LoadOutcome"]
+
+FORMAT_VERSION = 1
+
+# Tuned with benchmarks/index_bench.py (results in benchmarks/results/index.md).
+DEFAULT_M = 16
+DEFAULT_EF_CONSTRUCTION = 200
+DEFAULT_EF_SEARCH = 64
+
+# Rows per exclusive-lock hold in `add`, so searches are never blocked for a whole rebuild.
+_ADD_CHUNK = 4096
+# A filtered search over-fetches up to this many candidates from HNSW before it asks how many rows
+# the filter allows at all; if they are few, an exact scan over just those rows is cheaper.
+_OVERFETCH_BEFORE_EXACT = 1024
+# hnswlib hands stored vectors back as Python lists (~50 us a row), so exact search is only worth it
+# for small allowed sets; above this HNSW keeps widening instead.
+_EXACT_MAX_ROWS = 4096
+_HASH_CHUNK = 1 << 20
+
+Filter = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOutcome:
+    """Whether `LayerIndex.load` used the files on disk, and why not when it did not."""
+
+    loaded: bool
+    reason: str
+
+
+class _ReadWriteLock:
+    """Many readers or one writer; a waiting writer holds back new readers so it cannot starve."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        with self._cond:
+            self._writers_waiting += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._writers_waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class LayerIndex:
+    """hnswlib, cosine space, for one layer ("L0"/"L1"/"L2").
+
+    Labels are int64 ids chosen by the caller (the cell's SQLite rowid); vectors are float32 and
+    L2-normalised. Distances are cosine distances, ``1 - cos``.
+    """
+
+    covered_seq: int
+    space: str
+
+    def __init__(
+        self,
+        directory: pathlib.Path,
+        layer: str,
+        dim: int,
+        space: str,
+        *,
+        m: int = DEFAULT_M,
+        ef_construction: int = DEFAULT_EF_CONSTRUCTION,
+        ef_search: int = DEFAULT_EF_SEARCH,
+        initial_capacity: int = 1024,
+    ) -> None:
+        if dim <= 0:
+            raise ValueError(f"dim must be positive, got {dim}")
+        self.directory = pathlib.Path(directory)
+        self.layer = layer
+        self.dim = dim
+        self.space = space
+        self.m = m
+        self.ef_construction = ef_construction
+        self.ef_search = ef_search
+        self.initial_capacity = max(1, initial_capacity)
+        self._lock = _ReadWriteLock()
+        self._save_lock = threading.Lock()
+        self._reset()
+
+    @property
+    def meta_path(self) -> pathlib.Path:
+        return self.directory / f"{self.layer}.meta.json"
+
+    @property
+    def dirty(self) -> int:
+        """Rows added or removed since the last save or load."""
+        return self._dirty
+
+    def __len__(self) -> int:
+        """Live (not removed) items."""
+        return self._index.element_count - len(self._removed)
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load(self) -> LoadOutcome:
+        """Load the saved index from `directory`; on anything but "ok" the index is left empty."""
+        with self._save_lock, self._lock.write():
+            outcome = self._load_files()
+            if not outcome.loaded:
+                self._reset()
+            return outcome
+
+    def _load_files(self) -> LoadOutcome:
+        try:
+            raw = self.meta_path.read_bytes()
+        except FileNotFoundError:
+            return LoadOutcome(False, "missing")
+        try:
+            meta = json.loads(raw)
+            index_name = meta["index_file"]
+            if not isinstance(index_name, str) or pathlib.Path(index_name).name != index_name:
+                raise ValueError("index_file must be a bare file name")
+        except (ValueError, KeyError, TypeError):
+            return LoadOutcome(False, "corrupt: meta unreadable")
+        for key, expected in (
+            ("format", FORMAT_VERSION),
+            ("layer", self.layer),
+            ("space", self.space),
+            ("dim", self.dim),
+        ):
+            if meta.get(key) != expected:
+                return LoadOutcome(False, f"stale: {key} differs")
+        index_path = self.directory / index_name
+        try:
+            checksum = _blake2b_file(index_path)
+        except FileNotFoundError:
+            return LoadOutcome(False, "corrupt: index file missing")
+        if checksum != meta.get("checksum"):
+            return LoadOutcome(False, "corrupt: checksum mismatch")
+        try:
+            capacity = max(int(meta["capacity"]), int(meta["count"]), 1)
+            index = hnswlib.Index(space="cosine", dim=self.dim)
+            index.load_index(str(index_path), max_elements=capacity)
+            removed = {int(label) for label in meta["removed"]}
+            covered_seq = int(meta["covered_seq"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            return LoadOutcome(False, f"corrupt: {exc}")
+        if index.element_count != meta["count"] or index.dim != self.dim:
+            return LoadOutcome(False, "corrupt: count differs")
+        index.set_ef(self.ef_search)
+        self._index = index
+        self._removed = removed
+        self.covered_seq = covered_seq
+        # The graph keeps the M it was built with; ef_construction matters for later inserts.
+        self.m = index.M
+        self.ef_construction = index.ef_construction
+        self._dirty = 0
+        self._remove_orphans(keep=index_name)
+        return LoadOutcome(True, "ok")
+
+    def _reset(self) -> None:
+        index = hnswlib.Index(space="cosine", dim=self.dim)
+        index.init_index(
+            max_elements=self.initial_capacity, ef_construction=self.ef_construction, M=self.m
+        )
+        index.set_ef(self.ef_search)
+        self._index = index
+        self._removed: set[int] = set()
+        self.covered_seq = 0
+        self._dirty = 0
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add(self, labels: np.ndarray, vectors: np.ndarray, *, covered_seq: int) -> None:
+        """Insert rows (an existing label is replaced) and raise the watermark to `covered_seq`."""
+        labels = _as_labels(labels)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape != (len(labels), self.dim):
+            raise ValueError(f"vectors must have shape ({len(labels)}, {self.dim}), got {vectors.shape}")
+        for start in range(0, len(labels), _ADD_CHUNK):
+            chunk = slice(start, start + _ADD_CHUNK)
+            with self._lock.write():
+                self._add_chunk(labels[chunk], vectors[chunk])
+        with self._lock.write():
+            self.covered_seq = max(self.covered_seq, covered_seq)
+
+    def _add_chunk(self, labels: np.ndarray, vectors: np.ndarray) -> None:
+        needed = self._index.element_count + len(labels)
+        capacity = self._index.get_max_elements()
+        if needed > capacity:
+            # Amortised doubling: a rebuild of n rows resizes O(log n) times.
+            self._index.resize_index(max(needed, 2 * capacity))
+        # All cores for inserts: a rebuild is the one long job, and it runs in a worker thread.
+        self._index.add_items(vectors, labels.astype(np.uint64), num_threads=os.cpu_count() or 1)
+        # hnswlib revives a removed label when it is added again.
+        self._removed.difference_update(labels.tolist())
+        self._dirty += len(labels)
+
+    def remove(self, labels: Iterable[int] | np.ndarray, *, covered_seq: int = 0) -> None:
+        """Mark labels deleted so no search returns them; absent labels are ignored.
+
+        `covered_seq` lets a caller that sequences tombstones with rows advance the watermark too.
+        """
+        with self._lock.write():
+            for label in _as_labels(labels).tolist():
+                if label in self._removed:
+                    continue
+                try:
+                    self._index.mark_deleted(label)
+                except RuntimeError:  # "Label not found": never added
+                    continue
+                self._removed.add(label)
+                self._dirty += 1
+            self.covered_seq = max(self.covered_seq, covered_seq)
+
+    def save(self) -> None:
+        """Write the index and its meta atomically (see the module docstring)."""
+        with self._save_lock:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            index_name = f"{self.layer}-{secrets.token_hex(8)}.hnsw"
+            index_path = self.directory / index_name
+            with self._lock.read():
+                self._index.save_index(str(index_path))
+                meta: dict[str, Any] = {
+                    "format": FORMAT_VERSION,
+                    "layer": self.layer,
+                    "dim": self.dim,
+                    "space": self.space,
+                    "count": self._index.element_count,
+                    "removed": sorted(self._removed),
+                    "covered_seq": self.covered_seq,
+                    "capacity": self._index.get_max_elements(),
+                    "m": self._index.M,
+                    "ef_construction": self._index.ef_construction,
+                    "ef_search": self.ef_search,
+                    "index_file": index_name,
+                }
+                saved_dirty = self._dirty
+            _fsync_file(index_path)
+            meta["checksum"] = _blake2b_file(index_path)
+            temp_meta = self.directory / f".{self.layer}.meta.{secrets.token_hex(8)}.tmp"
+            with open(temp_meta, "wb") as fh:
+                fh.write(json.dumps(meta, indent=1).encode())
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(temp_meta, self.meta_path)
+            _fsync_dir(self.directory)
+            with self._lock.write():
+                self._dirty -= saved_dirty
+            self._remove_orphans(keep=index_name)
+
+    def _remove_orphans(self, *, keep: str) -> None:
+        """Delete this layer's index files other than `keep`, and temp files of crashed saves."""
+        patterns = (f"{self.layer}-*.hnsw", f".{self.layer}.meta.*.tmp")
+        for pattern in patterns:
+            for path in self.directory.glob(pattern):
+                if path.name != keep:
+                    path.unlink(missing_ok=True)
+
+    # -- searching -----------------------------------------------------------------------------
+
+    def search(
+        self, vector: np.ndarray, k: int, *, allowed: Filter | None = None
+    ) -> list[tuple[int, float]]:
+        """Up to `k` (label, cosine distance) pairs, nearest first.
+
+        `allowed` maps an int64 array of candidate labels to a bool mask of the same length. HNSW
+        over-fetches ``max(4k, 32)`` candidates and doubles until `k` pass the filter or the whole
+        index was searched; a filter that lets few rows through is answered by exact search.
+        """
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if query.shape != (self.dim,):
+            raise ValueError(f"query must have {self.dim} dimensions, got {query.shape}")
+        if k <= 0:
+            return []
+        with self._lock.read():
+            live = len(self)
+            if not live:
+                return []
+            fetch = min(k, live) if allowed is None else max(4 * k, 32)
+            while True:
+                fetch = min(fetch, live)
+                found = self._knn(query, fetch)
+                if found is not None:
+                    labels, distances = found
+                    if allowed is not None:
+                        keep = _mask(allowed, labels)
+                        labels, distances = labels[keep], distances[keep]
+                    if len(labels) >= k or fetch == live:
+                        return _pairs(labels[:k], distances[:k])
+                if fetch == live:
+                    # hnswlib could not walk to every live row (tombstones can cut the graph).
+                    return self._exact(query, k, allowed, limit=None)
+                if allowed is not None and fetch >= _OVERFETCH_BEFORE_EXACT:
+                    exact = self._exact(query, k, allowed, limit=_EXACT_MAX_ROWS)
+                    if exact is not None:
+                        return exact
+                fetch *= 2
+
+    def _knn(self, query: np.ndarray, fetch: int) -> tuple[np.ndarray, np.ndarray] | None:
+        # hnswlib searches with ef = max(ef, k), so a large over-fetch widens the beam by itself and
+        # concurrent searches never race on a shared set_ef.
+        try:
+            labels, distances = self._index.knn_query(query, k=fetch, num_threads=1)
+        except RuntimeError:  # fewer than `fetch` reachable live rows
+            return None
+        return labels[0].astype(np.int64), distances[0]
+
+    def _exact(
+        self, query: np.ndarray, k: int, allowed: Filter | None, *, limit: int | None
+    ) -> list[tuple[int, float]] | None:
+        """Exact search over the live rows `allowed` admits; None if they number more than `limit`."""
+        labels = np.fromiter(self._index.get_ids_list(), dtype=np.int64)
+        if self._removed:
+            labels = labels[~np.isin(labels, np.fromiter(self._removed, dtype=np.int64))]
+        if allowed is not None:
+            labels = labels[_mask(allowed, labels)]
+        if limit is not None and len(labels) > limit:
+            return None
+        if not len(labels):
+            return []
+        stored = np.asarray(self._index.get_items(labels), dtype=np.float32)
+        norm = float(np.linalg.norm(query)) or 1.0
+        distances = (1.0 - stored @ (query / norm)).astype(np.float32)
+        order = np.argsort(distances, kind="stable")[:k]
+        return _pairs(labels[order], distances[order])
+
+
+def _as_labels(labels: Iterable[int] | np.ndarray) -> np.ndarray:
+    array = np.asarray(list(labels) if not isinstance(labels, np.ndarray) else labels)
+    array = array.astype(np.int64, copy=False).reshape(-1)
+    if len(array) and int(array.min()) < 0:
+        raise ValueError("labels must be non-negative (hnswlib stores them unsigned)")
+    return array
+
+
+def _mask(allowed: Filter, labels: np.ndarray) -> np.ndarray:
+    mask = np.asarray(allowed(labels), dtype=bool)
+    if mask.shape != labels.shape:
+        raise ValueError(f"allowed() returned shape {mask.shape} for {labels.shape} labels")
+    return mask
+
+
+def _pairs(labels: np.ndarray, distances: np.ndarray) -> list[tuple[int, float]]:
+    return list(zip(labels.tolist(), distances.astype(float).tolist()))
+
+
+def _blake2b_file(path: pathlib.Path) -> str:
+    digest = hashlib.blake2b(digest_size=32)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return "blake2b:" + digest.hexdigest()
+
+
+def _fsync_file(path: pathlib.Path) -> None:
+    with open(path, "rb+") as fh:
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(directory: pathlib.Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

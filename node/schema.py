@@ -1,0 +1,154 @@
+"""The SQLite schema, versioned with ``PRAGMA user_version``.
+
+SQLite is the source of truth for everything; the HNSW files are caches rebuilt from
+it. Each migration is a list of statements applied in one transaction, so a data dir
+is always at exactly one version. Add a migration by appending to ``MIGRATIONS``;
+never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .errors import ConfigError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+
+MIGRATIONS: list[list[str]] = [
+    # v1: the node core.
+    [
+        """CREATE TABLE principals (
+            agent_id    TEXT PRIMARY KEY,
+            tenant_id   TEXT NOT NULL,
+            name        TEXT NOT NULL UNIQUE,
+            key_hash    BLOB NOT NULL UNIQUE,
+            projects    TEXT NOT NULL DEFAULT '[]',
+            created_at  INTEGER NOT NULL,
+            revoked_at  INTEGER
+        )""",
+        """CREATE TABLE cells (
+            rowid            INTEGER PRIMARY KEY,
+            node_id          TEXT NOT NULL UNIQUE,
+            tenant_id        TEXT NOT NULL,
+            source_agent     TEXT NOT NULL,
+            origin_node      TEXT NOT NULL,
+            content          TEXT NOT NULL,
+            cell_type        TEXT NOT NULL,
+            salience         REAL NOT NULL,
+            energy0          REAL NOT NULL,
+            scene_id         TEXT,
+            session_id       TEXT,
+            project          TEXT,
+            source_ref       TEXT,
+            metadata         TEXT NOT NULL DEFAULT '{}',
+            created_at       INTEGER NOT NULL,
+            stored_at        INTEGER NOT NULL,
+            layer            TEXT NOT NULL,
+            embedding        BLOB NOT NULL,
+            embedding_space  TEXT NOT NULL,
+            hops             INTEGER NOT NULL DEFAULT 0,
+            signature        BLOB,
+            origin_seq       INTEGER,
+            recall_hits      INTEGER NOT NULL DEFAULT 0,
+            forgotten_at     INTEGER,
+            forgotten_by     TEXT
+        )""",
+        "CREATE INDEX cells_scene ON cells(scene_id)",
+        "CREATE INDEX cells_tenant_created ON cells(tenant_id, created_at)",
+        # Which cells each layer's index holds, in the order they joined it: the
+        # index files remember the last seq they cover and catch up from there.
+        """CREATE TABLE layer_members (
+            seq        INTEGER PRIMARY KEY,
+            layer      TEXT NOT NULL,
+            cell_rowid INTEGER NOT NULL,
+            UNIQUE (layer, cell_rowid)
+        )""",
+        """CREATE TABLE idempotency (
+            agent_id   TEXT NOT NULL,
+            key        TEXT NOT NULL,
+            node_id    TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            PRIMARY KEY (agent_id, key)
+        )""",
+        """CREATE TABLE scenes (
+            scene_id        TEXT PRIMARY KEY,
+            tenant_id       TEXT NOT NULL,
+            agent_id        TEXT NOT NULL,
+            project         TEXT,
+            title           TEXT,
+            session_id      TEXT,
+            origin_node     TEXT NOT NULL,
+            created_at      INTEGER NOT NULL,
+            ended_at        INTEGER,
+            consolidated_at INTEGER,
+            summary_node_id TEXT
+        )""",
+        "CREATE INDEX scenes_tenant_created ON scenes(tenant_id, created_at)",
+        """CREATE TABLE sessions (
+            session_id TEXT PRIMARY KEY,
+            tenant_id  TEXT NOT NULL,
+            agent_id   TEXT NOT NULL,
+            project    TEXT NOT NULL,
+            title      TEXT,
+            scene_id   TEXT NOT NULL,
+            started_at INTEGER NOT NULL,
+            ended_at   INTEGER
+        )""",
+        "CREATE INDEX sessions_agent_open ON sessions(agent_id, ended_at)",
+        """CREATE TABLE beacons (
+            beacon_id       TEXT PRIMARY KEY,
+            tenant_id       TEXT NOT NULL,
+            agent_id        TEXT NOT NULL,
+            origin_node     TEXT NOT NULL,
+            query           TEXT NOT NULL,
+            threshold       REAL NOT NULL,
+            cell_types      TEXT,
+            project         TEXT,
+            min_salience    REAL,
+            ttl_seconds     INTEGER,
+            created_at      INTEGER NOT NULL,
+            expires_at      INTEGER,
+            embedding       BLOB NOT NULL,
+            embedding_space TEXT NOT NULL,
+            removed_at      INTEGER
+        )""",
+        """CREATE TABLE inbox (
+            seq         INTEGER PRIMARY KEY,
+            agent_id    TEXT NOT NULL,
+            cell_rowid  INTEGER NOT NULL,
+            beacon_id   TEXT NOT NULL,
+            similarity  REAL NOT NULL,
+            received_at INTEGER NOT NULL,
+            hops        INTEGER NOT NULL,
+            UNIQUE (agent_id, cell_rowid)
+        )""",
+        "CREATE INDEX inbox_agent_received ON inbox(agent_id, received_at)",
+        """CREATE TABLE pull_cursors (
+            agent_id TEXT PRIMARY KEY,
+            last_seq INTEGER NOT NULL
+        )""",
+    ],
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the database to ``SCHEMA_VERSION``; returns the version it was at."""
+    (current,) = conn.execute("PRAGMA user_version").fetchone()
+    if current > SCHEMA_VERSION:
+        raise ConfigError(
+            f"the database is at schema version {current}, newer than this Hyphae "
+            f"({SCHEMA_VERSION}); upgrade Hyphae to open it"
+        )
+    for version in range(current, SCHEMA_VERSION):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return current

@@ -1,0 +1,848 @@
+"""The memory-service facade: the one place where identity is stamped, read scope is
+enforced and input is validated. Every surface (MCP, REST, CLI) calls it.
+
+Every operation takes the authenticated :class:`~node.principals.Principal` first;
+``tenant_id`` and ``source_agent`` always come from it, never from arguments. Results
+are JSON-ready dicts shaped as the MCP tool table of DESIGN §7. Errors are
+:mod:`node.errors` with stable reason codes.
+
+Writes go through the database's group committer (durable when they return); the
+embedder and long index work run in worker threads, so the trio loop stays free.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import trio
+
+from mesh.identity import NodeIdentity
+
+from . import cells as v
+from .config import NodeConfig
+from .database import Database, Transaction
+from .delivery import Beacon, BeaconBook, CellFacts
+from .embedding import Embedder, load_embedder
+from .errors import Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated
+from .layers import LayerSet
+from .principals import Principal, hash_api_key, new_api_key
+from .scenes import consolidate, encode_cursor, decode_cursor, scene_row_to_dict, SCENE_COLUMNS
+
+__all__ = ["MemoryService", "Clock"]
+
+log = logging.getLogger("hyphae.service")
+
+Clock = Callable[[], int]
+MAX_QUERY_BYTES = 8 * 1024
+MAX_PAGE = 500
+DEFAULT_PAGE = 50
+MAX_TTL_SECONDS = 10 * 365 * 86_400
+_AGENT_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+_CELL_COLUMNS = (
+    "rowid, node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, energy0, "
+    "scene_id, session_id, project, source_ref, metadata, created_at, layer, embedding_space, hops, "
+    "signature IS NOT NULL, forgotten_at, forgotten_by"
+)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MemoryService:
+    """The node core behind every surface. Open with :meth:`open`, close with :meth:`aclose`."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        db: Database,
+        layers: LayerSet,
+        embedder: Embedder,
+        identity: NodeIdentity,
+        clock: Clock,
+    ) -> None:
+        self.config = config
+        self.db = db
+        self.layers = layers
+        self.embedder = embedder
+        self.identity = identity
+        self.node_id = identity.node_id
+        self.energy = config.energy
+        self.clock = clock
+        self.beacons = BeaconBook(config.energy)
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        (last,) = db.query_one("SELECT COALESCE(MAX(received_at), 0) FROM inbox") or (0,)
+        self._last_received = last  # touched only by the writer thread
+
+    @classmethod
+    async def open(
+        cls,
+        config: NodeConfig,
+        *,
+        embedder: Embedder | None = None,
+        clock: Clock | None = None,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> "MemoryService":
+        """Open the data dir: database, embedder, indexes (caught up or rebuilt), beacons."""
+        identity = NodeIdentity.load(config.key_path)
+        if embedder is None:
+            embedder = await trio.to_thread.run_sync(load_embedder, config.embedder)
+        db = await trio.to_thread.run_sync(
+            lambda: Database(config.db_path, group_commit_window=config.group_commit_ms / 1000)
+        )
+        layers = LayerSet(db, config.index_dir, embedder.dim, embedder.space)
+        await trio.to_thread.run_sync(layers.open, progress)
+        service = cls(config, db, layers, embedder, identity, clock or wall_clock_ms)
+        await trio.to_thread.run_sync(service._load_beacons)
+        return service
+
+    async def aclose(self) -> None:
+        await trio.to_thread.run_sync(self.close)
+
+    def close(self) -> None:
+        self.db.close()
+        self.layers.save()
+
+    def _load_beacons(self) -> None:
+        rows = self.db.query(
+            f"SELECT {_BEACON_COLUMNS}, p.projects FROM beacons b JOIN principals p ON p.agent_id = b.agent_id "
+            "WHERE b.removed_at IS NULL AND p.revoked_at IS NULL AND b.origin_node = ?",
+            (self.node_id,),
+        )
+        self.beacons.add_many(_beacon_from_row(r[:-1], tuple(json.loads(r[-1]))) for r in rows)
+
+    # -- principals ---------------------------------------------------------------
+
+    async def authenticate(self, api_key: str | None) -> Principal:
+        """Resolve an API key to its principal; revocation is seen on the next call."""
+        if not api_key:
+            raise Unauthenticated("no API key given: set HYPHAE_API_KEY (stdio) or the x-hyphae-key header")
+        row = self.db.query_one(
+            "SELECT tenant_id, agent_id, name, projects FROM principals WHERE key_hash = ? AND revoked_at IS NULL",
+            (hash_api_key(api_key),),
+        )
+        if row is None:
+            raise Unauthenticated("the API key is not valid (unknown or revoked)")
+        return Principal(row[0], row[1], row[2], tuple(json.loads(row[3])))
+
+    async def add_agent(self, name: str, projects: list[str] | None = None) -> tuple[Principal, str]:
+        """Create an agent and its key; the key is returned once and stored only hashed."""
+        if not isinstance(name, str) or not 1 <= len(name) <= 64 or set(name) - _AGENT_NAME_CHARS:
+            raise InvalidArgument("agent name must be 1-64 letters, digits, '.', '_' or '-'", field="name")
+        projects = sorted({v.check_text(p, "project") for p in projects or ()})
+        api_key = new_api_key()
+        principal = Principal(self.config.tenant_id, str(uuid.uuid4()), name, tuple(projects))
+        now = self.clock()
+
+        def job(tx: Transaction) -> None:
+            if tx.execute("SELECT 1 FROM principals WHERE name = ?", (name,)).fetchone():
+                raise Conflict(f"an agent named {name!r} already exists", field="name")
+            tx.execute(
+                "INSERT INTO principals (agent_id, tenant_id, name, key_hash, projects, created_at) VALUES (?,?,?,?,?,?)",
+                (principal.agent_id, principal.tenant_id, name, hash_api_key(api_key), json.dumps(projects), now),
+            )
+
+        await self.db.write(job)
+        return principal, api_key
+
+    async def list_agents(self) -> list[dict[str, Any]]:
+        rows = self.db.query(
+            "SELECT agent_id, tenant_id, name, projects, created_at, revoked_at FROM principals ORDER BY created_at, name"
+        )
+        return [
+            {
+                "agent_id": r[0],
+                "tenant_id": r[1],
+                "name": r[2],
+                "projects": json.loads(r[3]),
+                "created_at": r[4],
+                "revoked_at": r[5],
+            }
+            for r in rows
+        ]
+
+    async def revoke_agent(self, name: str) -> dict[str, Any]:
+        now = self.clock()
+
+        def job(tx: Transaction) -> dict[str, Any]:
+            row = tx.execute("SELECT agent_id, revoked_at FROM principals WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise NotFound(f"no agent named {name!r}", field="name")
+            agent_id, revoked_at = row
+            if revoked_at is None:
+                tx.execute("UPDATE principals SET revoked_at = ? WHERE agent_id = ?", (now, agent_id))
+                tx.after_commit(lambda: self.beacons.remove_agent(agent_id))
+                revoked_at = now
+            return {"name": name, "agent_id": agent_id, "revoked_at": revoked_at}
+
+        return await self.db.write(job)
+
+    # -- embedding ----------------------------------------------------------------
+
+    async def _embed(self, texts: list[str]) -> np.ndarray:
+        return await trio.to_thread.run_sync(self.embedder.embed, texts)
+
+    async def _embed_query(self, text: str) -> np.ndarray:
+        """Query vectors are cached: agents repeat their questions, and a query is no record."""
+        vector = self._query_cache.get(text)
+        if vector is None:
+            vector = (await self._embed([text]))[0]
+            self._query_cache[text] = vector
+            if len(self._query_cache) > 2048:
+                self._query_cache.popitem(last=False)
+        else:
+            self._query_cache.move_to_end(text)
+        return vector
+
+    # -- store / ingest -----------------------------------------------------------
+
+    async def store(
+        self,
+        principal: Principal,
+        *,
+        content: Any,
+        cell_type: Any,
+        salience: Any = None,
+        scene_id: Any = None,
+        source_ref: Any = None,
+        metadata: Any = None,
+        idempotency_key: Any = None,
+        project: Any = None,
+    ) -> dict[str, Any]:
+        """Store a memory cell for the principal; returns ``{node_id}``."""
+        content = v.check_content(content)
+        cell_type = v.check_cell_type(cell_type)
+        salience = v.check_salience(salience)
+        source_ref = v.check_source_ref(source_ref)
+        metadata = v.check_metadata(metadata)
+        idempotency_key = v.check_idempotency_key(idempotency_key)
+        project = v.check_project(project)
+        if scene_id is not None:
+            scene_id = v.check_uuid(scene_id, "scene_id")
+
+        if idempotency_key is not None:
+            original = self._idempotent_hit(principal, idempotency_key)
+            if original is not None:
+                return {"node_id": original}
+        session_id, scene_id, project = self._placement(principal, scene_id, project)
+        vector = (await self._embed([content]))[0]
+        now = self.clock()
+        cell = v.Cell(
+            node_id=str(uuid.uuid4()),
+            tenant_id=principal.tenant_id,
+            source_agent=principal.agent_id,
+            origin_node=self.node_id,
+            content=content,
+            cell_type=cell_type,
+            salience=salience,
+            created_at=now,
+            layer="L0",
+            embedding=vector,
+            embedding_space=self.embedder.space,
+            scene_id=scene_id,
+            session_id=session_id,
+            project=project,
+            source_ref=source_ref,
+            metadata=metadata,
+        )
+        twin = self._near_duplicate(cell)
+        node_id = await self.db.write(
+            lambda tx: self._ingest(tx, cell, idempotency=(principal.agent_id, idempotency_key), twin=twin)
+        )
+        return {"node_id": node_id}
+
+    def _idempotent_hit(self, principal: Principal, key: str) -> str | None:
+        row = self.db.query_one(
+            "SELECT node_id FROM idempotency WHERE agent_id = ? AND key = ?", (principal.agent_id, key)
+        )
+        return row[0] if row else None
+
+    def _placement(
+        self, principal: Principal, scene_id: str | None, project: str | None
+    ) -> tuple[str | None, str | None, str | None]:
+        """Where a new cell belongs: its session, scene and project."""
+        if scene_id is not None:
+            scene = self._scene_in_scope(principal, scene_id)
+            if project is not None and project != scene["project"]:
+                raise InvalidArgument(
+                    f"scene {scene_id} belongs to project {scene['project']!r}, not {project!r}", field="project"
+                )
+            return scene["session_id"], scene_id, scene["project"]
+        if project is None:
+            row = self.db.query_one(
+                "SELECT session_id, scene_id, project FROM sessions WHERE agent_id = ? AND ended_at IS NULL "
+                "ORDER BY started_at DESC LIMIT 1",
+                (principal.agent_id,),
+            )
+            if row is not None:
+                return row[0], row[1], row[2]
+            if len(principal.projects) == 1:
+                project = principal.projects[0]
+        if project is not None and not principal.may_read_project(project):
+            raise Forbidden(f"this key may not write to project {project!r}", field="project")
+        return None, None, project
+
+    def _near_duplicate(self, cell: v.Cell) -> int | None:
+        """The rowid of a near-identical cell from another agent, which reinforces it."""
+        allowed = self.layers.catalog.mask_for(cell.tenant_id, None, None)
+        hits = self.layers.search("L0", cell.embedding, 1, allowed)
+        if not hits:
+            return None
+        rowid, distance = hits[0]
+        if 1.0 - distance < self.energy.near_duplicate_cos:
+            return None
+        row = self.db.query_one("SELECT source_agent FROM cells WHERE rowid = ?", (rowid,))
+        return rowid if row and row[0] != cell.source_agent else None
+
+    def _ingest(
+        self,
+        tx: Transaction,
+        cell: v.Cell,
+        *,
+        idempotency: tuple[str, str | None] = ("", None),
+        twin: int | None = None,
+    ) -> str:
+        """Write one cell with its layer memberships and inbox deliveries (writer thread).
+
+        Local stores and cells from the mesh take this same path.
+        """
+        agent_id, key = idempotency
+        if key is not None:
+            row = tx.execute("SELECT node_id FROM idempotency WHERE agent_id = ? AND key = ?", (agent_id, key)).fetchone()
+            if row is not None:
+                return row[0]
+        e0 = self.energy.initial(cell.salience, cell.cell_type)
+        layer = cell.layer
+        if layer == "L0" and (twin is not None or self.energy.promoted_on_arrival(e0)):
+            layer = "L1"
+        now = self.clock()
+        rowid = tx.execute(
+            "INSERT INTO cells (node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, energy0, "
+            "scene_id, session_id, project, source_ref, metadata, created_at, stored_at, layer, embedding, "
+            "embedding_space, hops, signature) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                cell.node_id, cell.tenant_id, cell.source_agent, cell.origin_node, cell.content, cell.cell_type,
+                cell.salience, e0, cell.scene_id, cell.session_id, cell.project,
+                json.dumps(cell.source_ref) if cell.source_ref else None,
+                json.dumps(cell.metadata, separators=(",", ":")), cell.created_at, now, layer,
+                np.asarray(cell.embedding, dtype=np.float32).tobytes(), cell.embedding_space, cell.hops, cell.signature,
+            ),
+        ).lastrowid
+        if key is not None:
+            tx.execute(
+                "INSERT INTO idempotency (agent_id, key, node_id, created_at) VALUES (?,?,?,?)",
+                (agent_id, key, cell.node_id, now),
+            )
+        layers = ["L2"] if layer == "L2" else ["L0", "L1"] if layer == "L1" else ["L0"]
+        for name in layers:
+            self._join_layer(tx, name, rowid, cell.embedding)
+        if twin is not None:
+            self._promote(tx, twin)
+        tx.after_commit(
+            lambda: self.layers.catalog.add(rowid, cell.node_id, cell.tenant_id, cell.project, cell.cell_type)
+        )
+        facts = CellFacts(
+            cell.tenant_id, cell.source_agent, cell.cell_type, cell.salience, cell.project,
+            cell.embedding, cell.embedding_space,
+        )
+        for delivery in self.beacons.match(facts, now):
+            received_at = max(now, self._last_received + 1)
+            inserted = tx.execute(
+                "INSERT OR IGNORE INTO inbox (agent_id, cell_rowid, beacon_id, similarity, received_at, hops) "
+                "VALUES (?,?,?,?,?,?)",
+                (delivery.agent_id, rowid, delivery.beacon_id, delivery.similarity, received_at, cell.hops),
+            ).rowcount
+            if inserted:
+                self._last_received = received_at
+        return cell.node_id
+
+    def _join_layer(self, tx: Transaction, layer: str, rowid: int, vector: np.ndarray) -> None:
+        seq = tx.execute(
+            "INSERT OR IGNORE INTO layer_members (layer, cell_rowid) VALUES (?, ?)", (layer, rowid)
+        ).lastrowid
+        if seq:
+            tx.after_commit(lambda: self.layers.add(layer, seq, rowid, vector))
+
+    def _promote(self, tx: Transaction, rowid: int) -> None:
+        row = tx.execute("SELECT layer, embedding, forgotten_at FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+        if row is None or row[0] != "L0" or row[2] is not None:
+            return
+        tx.execute("UPDATE cells SET layer = 'L1' WHERE rowid = ?", (rowid,))
+        self._join_layer(tx, "L1", rowid, np.frombuffer(row[1], dtype=np.float32))
+
+    # -- recall / query / search --------------------------------------------------
+
+    async def recall(self, principal: Principal, *, query: Any, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
+        """The k nearest cells to a query at L0: ``{results: [{node_id, distance}]}``."""
+        hits = await self._nearest(principal, query, "L0", k, cell_types, project)
+        self._reinforce([rowid for rowid, _ in hits[: self.energy.promote_recall_rank]])
+        return {"results": [{"node_id": self.layers.catalog.node_id(r), "distance": d} for r, d in hits]}
+
+    async def query(self, principal: Principal, *, query: Any, layer: Any, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
+        """Like recall, against an explicit layer (L0, L1 or L2)."""
+        layer = v.check_layer(layer)
+        hits = await self._nearest(principal, query, layer, k, cell_types, project)
+        return {"results": [{"node_id": self.layers.catalog.node_id(r), "distance": d} for r, d in hits]}
+
+    async def search(self, principal: Principal, *, query: Any, layer: Any = "L0", k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
+        """Recall with content: full cells with their distances (REST and CLI)."""
+        layer = v.check_layer(layer)
+        hits = await self._nearest(principal, query, layer, k, cell_types, project)
+        if layer == "L0":
+            self._reinforce([rowid for rowid, _ in hits[: self.energy.promote_recall_rank]])
+        rows = self._cell_rows([rowid for rowid, _ in hits])
+        results = []
+        for rowid, distance in hits:
+            if rowid in rows:
+                results.append({**self._cell_dict(rows[rowid]), "distance": distance})
+        return {"results": results}
+
+    async def _nearest(self, principal, query, layer, k, cell_types, project) -> list[tuple[int, float]]:
+        query = v.check_text(query, "query", max_chars=MAX_QUERY_BYTES)
+        k = v.check_int(k, "k", low=1, high=100, default=10)
+        cell_types = v.check_cell_types(cell_types)
+        project = v.check_project(project)
+        if project is not None and not principal.may_read_project(project):
+            raise Forbidden(f"this key may not read project {project!r}", field="project")
+        vector = await self._embed_query(query)
+        allowed = self.layers.catalog.mask_for(
+            principal.tenant_id, principal.projects, cell_types, only_project=project
+        )
+        hits = self.layers.search(layer, vector, k, allowed)
+        return [(rowid, max(0.0, float(distance))) for rowid, distance in hits]
+
+    def _reinforce(self, rowids: list[int]) -> None:
+        """Count top-ranked recalls; the third promotes a cell to L1. Not awaited."""
+        if not rowids:
+            return
+
+        def job(tx: Transaction) -> None:
+            for rowid in rowids:
+                tx.execute("UPDATE cells SET recall_hits = recall_hits + 1 WHERE rowid = ?", (rowid,))
+                (hits,) = tx.execute("SELECT recall_hits FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+                if hits >= self.energy.promote_recall_hits:
+                    self._promote(tx, rowid)
+
+        self.db.submit(job)
+
+    # -- cells --------------------------------------------------------------------
+
+    def _cell_rows(self, rowids: list[int]) -> dict[int, tuple]:
+        if not rowids:
+            return {}
+        marks = ",".join("?" * len(rowids))
+        rows = self.db.query(f"SELECT {_CELL_COLUMNS} FROM cells WHERE rowid IN ({marks})", rowids)
+        return {r[0]: r for r in rows}
+
+    def _cell_dict(self, row: tuple) -> dict[str, Any]:
+        (_, node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, e0, scene_id, session_id,
+         project, source_ref, metadata, created_at, layer, space, hops, signed, forgotten_at, forgotten_by) = row
+        now = self.clock()
+        return {
+            "node_id": node_id,
+            "content": content,
+            "cell_type": cell_type,
+            "salience": salience,
+            "energy": 0.0 if forgotten_at else round(self.energy.at(e0, cell_type, created_at, now), 6),
+            "layer": layer,
+            "tenant_id": tenant_id,
+            "source_agent": source_agent,
+            "origin_node": origin_node,
+            "project": project,
+            "scene_id": scene_id,
+            "session_id": session_id,
+            "source_ref": json.loads(source_ref) if source_ref else None,
+            "metadata": json.loads(metadata),
+            "created_at": created_at,
+            "embedding_space": space,
+            "forgotten_at": forgotten_at,
+            "provenance": {
+                "origin_node": origin_node,
+                "source_agent": source_agent,
+                "hops": hops,
+                "signed": bool(signed),
+                "local": origin_node == self.node_id,
+                "forgotten_by": forgotten_by,
+            },
+        }
+
+    def _cell_in_scope(self, principal: Principal, node_id: Any) -> tuple:
+        node_id = v.check_uuid(node_id, "node_id")
+        row = self.db.query_one(f"SELECT {_CELL_COLUMNS} FROM cells WHERE node_id = ?", (node_id,))
+        if row is None or row[2] != principal.tenant_id:
+            raise NotFound(f"no cell {node_id}", field="node_id")
+        if not principal.may_read_project(row[11]):
+            raise Forbidden(f"cell {node_id} is in project {row[11]!r}, outside this key's scope", field="node_id")
+        return row
+
+    async def get_cell(self, principal: Principal, *, node_id: Any) -> dict[str, Any]:
+        """Hydrate one cell with its provenance."""
+        return self._cell_dict(self._cell_in_scope(principal, node_id))
+
+    async def forget(self, principal: Principal, *, node_id: Any) -> dict[str, Any]:
+        """Turn the principal's own cell into a tombstone: content and vector erased, record kept."""
+        row = self._cell_in_scope(principal, node_id)
+        rowid, node_id = row[0], row[1]
+        if row[3] != principal.agent_id:
+            raise Forbidden("only the agent that stored a cell may forget it", field="node_id")
+        now = self.clock()
+
+        def job(tx: Transaction) -> int:
+            (forgotten_at,) = tx.execute("SELECT forgotten_at FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+            if forgotten_at is not None:
+                return forgotten_at
+            tx.execute(
+                "UPDATE cells SET content = '', embedding = x'', forgotten_at = ?, forgotten_by = ? WHERE rowid = ?",
+                (now, principal.agent_id, rowid),
+            )
+            tx.after_commit(lambda: self.layers.remove(rowid))
+            return now
+
+        forgotten_at = await self.db.write(job)
+        return {"node_id": node_id, "forgotten_at": forgotten_at}
+
+    # -- sessions and scenes -----------------------------------------------------
+
+    async def start_session(self, principal: Principal, *, project: Any, title: Any = None) -> dict[str, Any]:
+        """Open a session (and its scene) in a project; stores default to them until it ends."""
+        project = v.check_text(project, "project")
+        title = None if title is None else v.check_text(title, "title", max_chars=500)
+        if not principal.may_read_project(project):
+            raise Forbidden(f"this key may not work in project {project!r}", field="project")
+        session_id, scene_id, now = str(uuid.uuid4()), str(uuid.uuid4()), self.clock()
+
+        def job(tx: Transaction) -> None:
+            tx.execute(
+                f"INSERT INTO scenes ({SCENE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,NULL,NULL,NULL)",
+                (scene_id, principal.tenant_id, principal.agent_id, project, title, session_id, self.node_id, now),
+            )
+            tx.execute(
+                "INSERT INTO sessions (session_id, tenant_id, agent_id, project, title, scene_id, started_at) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (session_id, principal.tenant_id, principal.agent_id, project, title, scene_id, now),
+            )
+
+        await self.db.write(job)
+        return {"session_id": session_id, "scene_id": scene_id}
+
+    async def end_session(self, principal: Principal, *, session_id: Any) -> dict[str, Any]:
+        """Close a session and its scene. Ending it again answers the same."""
+        session_id = v.check_uuid(session_id, "session_id")
+        row = self.db.query_one(
+            "SELECT tenant_id, agent_id, scene_id FROM sessions WHERE session_id = ?", (session_id,)
+        )
+        if row is None or row[0] != principal.tenant_id:
+            raise NotFound(f"no session {session_id}", field="session_id")
+        if row[1] != principal.agent_id:
+            raise Forbidden("only the agent that started a session may end it", field="session_id")
+        scene_id, now = row[2], self.clock()
+
+        def job(tx: Transaction) -> dict[str, Any]:
+            (ended_at,) = tx.execute("SELECT ended_at FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            if ended_at is None:
+                ended_at = now
+                tx.execute("UPDATE sessions SET ended_at = ? WHERE session_id = ?", (now, session_id))
+                tx.execute("UPDATE scenes SET ended_at = ? WHERE scene_id = ? AND ended_at IS NULL", (now, scene_id))
+            (count,) = tx.execute("SELECT COUNT(*) FROM cells WHERE session_id = ?", (session_id,)).fetchone()
+            return {"session_id": session_id, "ended_at": ended_at, "cell_count": count}
+
+        return await self.db.write(job)
+
+    def _scene_in_scope(self, principal: Principal, scene_id: str) -> dict[str, Any]:
+        row = self.db.query_one(f"SELECT {SCENE_COLUMNS} FROM scenes WHERE scene_id = ?", (scene_id,))
+        if row is None or row[1] != principal.tenant_id:
+            raise NotFound(f"no scene {scene_id}", field="scene_id")
+        scene = scene_row_to_dict(row)
+        if not principal.may_read_project(scene["project"]):
+            raise Forbidden(f"scene {scene_id} is outside this key's projects", field="scene_id")
+        return scene
+
+    async def get_scene(self, principal: Principal, *, scene_id: Any) -> dict[str, Any]:
+        """One scene with the ids of its cells."""
+        scene = self._scene_in_scope(principal, v.check_uuid(scene_id, "scene_id"))
+        ids = [r[0] for r in self.db.query(
+            "SELECT node_id FROM cells WHERE scene_id = ? AND layer != 'L2' ORDER BY rowid", (scene["scene_id"],)
+        )]
+        return {**scene, "cell_count": len(ids), "cell_ids": ids}
+
+    async def list_scenes(self, principal: Principal, *, project: Any = None, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
+        """Scenes in the principal's read scope, newest first, a page at a time."""
+        project = v.check_project(project)
+        limit = v.check_int(limit, "limit", low=1, high=MAX_PAGE, default=DEFAULT_PAGE)
+        if project is not None and not principal.may_read_project(project):
+            raise Forbidden(f"this key may not read project {project!r}", field="project")
+        where, params = ["s.tenant_id = ?"], [principal.tenant_id]
+        if project is not None:
+            where.append("s.project = ?")
+            params.append(project)
+        elif principal.projects:
+            where.append(f"(s.project IS NULL OR s.project IN ({','.join('?' * len(principal.projects))}))")
+            params.extend(principal.projects)
+        if cursor is not None:
+            created_at, scene_id = decode_cursor(cursor)
+            where.append("(s.created_at < ? OR (s.created_at = ? AND s.scene_id < ?))")
+            params.extend([created_at, created_at, scene_id])
+        columns = ", ".join(f"s.{c.strip()}" for c in SCENE_COLUMNS.split(","))
+        rows = self.db.query(
+            f"SELECT {columns}, (SELECT COUNT(*) FROM cells c WHERE c.scene_id = s.scene_id AND c.layer != 'L2') "
+            f"FROM scenes s WHERE {' AND '.join(where)} ORDER BY s.created_at DESC, s.scene_id DESC LIMIT ?",
+            [*params, limit + 1],
+        )
+        page = rows[:limit]
+        scenes = [{**scene_row_to_dict(r[:-1]), "cell_count": r[-1]} for r in page]
+        next_cursor = encode_cursor(page[-1][7], page[-1][0]) if len(rows) > limit else None
+        return {"scenes": scenes, "next_cursor": next_cursor}
+
+    async def consolidate_scene(self, principal: Principal, *, scene_id: Any) -> dict[str, Any]:
+        """Write an extractive summary of a scene as one L2 cell (REST and CLI only)."""
+        scene = self._scene_in_scope(principal, v.check_uuid(scene_id, "scene_id"))
+        if scene["consolidated_at"] is not None:
+            raise Conflict(
+                f"scene {scene['scene_id']} was already consolidated into {scene['summary_node_id']}",
+                field="scene_id",
+                summary_node_id=scene["summary_node_id"],
+            )
+        rows = self.db.query(
+            "SELECT node_id, content, cell_type, salience, energy0, created_at, embedding FROM cells "
+            "WHERE scene_id = ? AND forgotten_at IS NULL AND layer != 'L2' AND embedding_space = ? ORDER BY rowid",
+            (scene["scene_id"], self.embedder.space),
+        )
+        if not rows:
+            raise Conflict(f"scene {scene['scene_id']} has no cells to consolidate", field="scene_id")
+        summary = consolidate(rows, self.energy, self.clock(), dim=self.embedder.dim)
+        vector = (await self._embed([summary.content]))[0]
+        now = self.clock()
+        cell = v.Cell(
+            node_id=str(uuid.uuid4()),
+            tenant_id=principal.tenant_id,
+            source_agent=principal.agent_id,
+            origin_node=self.node_id,
+            content=summary.content,
+            cell_type=summary.cell_type,
+            salience=summary.salience,
+            created_at=now,
+            layer="L2",
+            embedding=vector,
+            embedding_space=self.embedder.space,
+            scene_id=scene["scene_id"],
+            session_id=scene["session_id"],
+            project=scene["project"],
+            source_ref={"kind": "scene", "locator": scene["scene_id"]},
+            metadata={"consolidates_scene": scene["scene_id"], "source_cells": summary.source_ids},
+        )
+
+        def job(tx: Transaction) -> str:
+            (done,) = tx.execute("SELECT consolidated_at FROM scenes WHERE scene_id = ?", (scene["scene_id"],)).fetchone()
+            if done is not None:
+                raise Conflict(f"scene {scene['scene_id']} was already consolidated", field="scene_id")
+            node_id = self._ingest(tx, cell)
+            tx.execute(
+                "UPDATE scenes SET consolidated_at = ?, summary_node_id = ? WHERE scene_id = ?",
+                (now, node_id, scene["scene_id"]),
+            )
+            return node_id
+
+        node_id = await self.db.write(job)
+        return {
+            "scene_id": scene["scene_id"],
+            "node_id": node_id,
+            "cell_count": len(summary.source_ids),
+            "source_count": len(rows),
+        }
+
+    # -- beacons ------------------------------------------------------------------
+
+    async def place_beacon(
+        self,
+        principal: Principal,
+        *,
+        query: Any,
+        threshold: Any = None,
+        cell_types: Any = None,
+        project: Any = None,
+        min_salience: Any = None,
+        ttl_seconds: Any = None,
+    ) -> dict[str, Any]:
+        """Place a standing interest; matching cells stored by others land in the inbox."""
+        query = v.check_text(query, "query", max_chars=MAX_QUERY_BYTES)
+        threshold = self.config.default_beacon_threshold if threshold is None else v.check_unit_interval(threshold, "threshold")
+        cell_types = v.check_cell_types(cell_types)
+        project = v.check_project(project)
+        min_salience = None if min_salience is None else v.check_unit_interval(min_salience, "min_salience")
+        ttl_seconds = None if ttl_seconds is None else v.check_int(ttl_seconds, "ttl_seconds", low=1, high=MAX_TTL_SECONDS)
+        if project is not None and not principal.may_read_project(project):
+            raise Forbidden(f"this key may not read project {project!r}", field="project")
+        vector = (await self._embed([query]))[0]
+        now = self.clock()
+        beacon = Beacon(
+            beacon_id=str(uuid.uuid4()),
+            tenant_id=principal.tenant_id,
+            agent_id=principal.agent_id,
+            origin_node=self.node_id,
+            query=query,
+            threshold=threshold,
+            embedding=vector,
+            embedding_space=self.embedder.space,
+            created_at=now,
+            cell_types=cell_types,
+            project=project,
+            min_salience=min_salience,
+            ttl_seconds=ttl_seconds,
+            expires_at=None if ttl_seconds is None else now + ttl_seconds * 1000,
+            owner_projects=principal.projects,
+        )
+
+        def job(tx: Transaction) -> None:
+            tx.execute(
+                f"INSERT INTO beacons ({_BEACON_COLUMNS.replace('b.', '')}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    beacon.beacon_id, beacon.tenant_id, beacon.agent_id, beacon.origin_node, beacon.query,
+                    beacon.threshold, json.dumps(list(cell_types)) if cell_types else None, project, min_salience,
+                    ttl_seconds, now, beacon.expires_at, vector.astype(np.float32).tobytes(), beacon.embedding_space,
+                ),
+            )
+            tx.after_commit(lambda: self.beacons.add(beacon))
+
+        await self.db.write(job)
+        return {"beacon_id": beacon.beacon_id}
+
+    async def list_beacons(self, principal: Principal) -> dict[str, Any]:
+        """The principal's live beacons."""
+        beacons = sorted(self.beacons.of_agent(principal.agent_id, self.clock()), key=lambda b: b.created_at)
+        return {"beacons": [b.public() for b in beacons]}
+
+    async def remove_beacon(self, principal: Principal, *, beacon_id: Any) -> dict[str, Any]:
+        beacon_id = v.check_uuid(beacon_id, "beacon_id")
+        now = self.clock()
+
+        def job(tx: Transaction) -> dict[str, Any]:
+            row = tx.execute("SELECT agent_id, removed_at FROM beacons WHERE beacon_id = ?", (beacon_id,)).fetchone()
+            if row is None or row[0] != principal.agent_id:
+                raise NotFound(f"no beacon {beacon_id} of yours", field="beacon_id")
+            removed_at = row[1]
+            if removed_at is None:
+                removed_at = now
+                tx.execute("UPDATE beacons SET removed_at = ? WHERE beacon_id = ?", (now, beacon_id))
+                tx.after_commit(lambda: self.beacons.remove(beacon_id))
+            return {"beacon_id": beacon_id, "removed_at": removed_at}
+
+        return await self.db.write(job)
+
+    # -- inbox --------------------------------------------------------------------
+
+    async def inbox(self, principal: Principal, *, since: Any = None, limit: Any = None) -> dict[str, Any]:
+        """Diffs received after ``since`` (ms or RFC 3339), oldest first; reading changes nothing."""
+        since = 0 if since is None else v.parse_time_ms(since, "since")
+        limit = v.check_int(limit, "limit", low=1, high=MAX_PAGE, default=DEFAULT_PAGE)
+        rows = self.db.query(
+            f"SELECT {_INBOX_COLUMNS} FROM inbox i JOIN cells c ON c.rowid = i.cell_rowid "
+            "WHERE i.agent_id = ? AND i.received_at > ? ORDER BY i.received_at LIMIT ?",
+            (principal.agent_id, since, limit),
+        )
+        diffs = [_diff_dict(r) for r in rows]
+        return {"diffs": diffs, "next_since": diffs[-1]["received_at"] if diffs else since}
+
+    async def pull_inbox(self, principal: Principal, *, limit: Any = None) -> dict[str, Any]:
+        """The next page after the server-kept cursor, which advances; concurrent pulls never overlap."""
+        limit = v.check_int(limit, "limit", low=1, high=MAX_PAGE, default=DEFAULT_PAGE)
+
+        def job(tx: Transaction) -> dict[str, Any]:
+            row = tx.execute("SELECT last_seq FROM pull_cursors WHERE agent_id = ?", (principal.agent_id,)).fetchone()
+            cursor = row[0] if row else 0
+            rows = tx.execute(
+                f"SELECT {_INBOX_COLUMNS} FROM inbox i JOIN cells c ON c.rowid = i.cell_rowid "
+                "WHERE i.agent_id = ? AND i.seq > ? ORDER BY i.seq LIMIT ?",
+                (principal.agent_id, cursor, limit),
+            ).fetchall()
+            if rows:
+                cursor = rows[-1][0]
+                tx.execute(
+                    "INSERT INTO pull_cursors (agent_id, last_seq) VALUES (?, ?) "
+                    "ON CONFLICT (agent_id) DO UPDATE SET last_seq = excluded.last_seq",
+                    (principal.agent_id, cursor),
+                )
+            (remaining,) = tx.execute(
+                "SELECT COUNT(*) FROM inbox WHERE agent_id = ? AND seq > ?", (principal.agent_id, cursor)
+            ).fetchone()
+            return {"diffs": [_diff_dict(r) for r in rows], "cursor": cursor, "remaining": remaining}
+
+        return await self.db.write(job)
+
+    # -- node ---------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, Any]:
+        (cells,) = self.db.query_one("SELECT COUNT(*) FROM cells WHERE forgotten_at IS NULL")
+        return {
+            "node_id": self.node_id,
+            "tenant_id": self.config.tenant_id,
+            "cells": cells,
+            "layers": self.layers.sizes(),
+            "embedding_space": self.embedder.space,
+            "write_batches": self.db.batches,
+            "write_jobs": self.db.jobs,
+        }
+
+
+_BEACON_COLUMNS = (
+    "b.beacon_id, b.tenant_id, b.agent_id, b.origin_node, b.query, b.threshold, b.cell_types, b.project, "
+    "b.min_salience, b.ttl_seconds, b.created_at, b.expires_at, b.embedding, b.embedding_space"
+)
+
+_INBOX_COLUMNS = (
+    "i.seq, c.node_id, c.content, c.cell_type, c.salience, c.source_agent, c.origin_node, c.project, c.scene_id, "
+    "c.source_ref, c.metadata, c.created_at, i.received_at, i.beacon_id, i.similarity, i.hops, c.forgotten_at"
+)
+
+
+def _beacon_from_row(row: tuple, owner_projects: tuple[str, ...]) -> Beacon:
+    (beacon_id, tenant_id, agent_id, origin_node, query, threshold, cell_types, project, min_salience,
+     ttl_seconds, created_at, expires_at, embedding, space) = row
+    return Beacon(
+        beacon_id=beacon_id,
+        tenant_id=tenant_id,
+        agent_id=agent_id,
+        origin_node=origin_node,
+        query=query,
+        threshold=threshold,
+        embedding=np.frombuffer(embedding, dtype=np.float32),
+        embedding_space=space,
+        created_at=created_at,
+        cell_types=tuple(json.loads(cell_types)) if cell_types else None,
+        project=project,
+        min_salience=min_salience,
+        ttl_seconds=ttl_seconds,
+        expires_at=expires_at,
+        owner_projects=owner_projects,
+    )
+
+
+def _diff_dict(row: tuple) -> dict[str, Any]:
+    (seq, node_id, content, cell_type, salience, source_agent, origin_node, project, scene_id, source_ref,
+     metadata, created_at, received_at, beacon_id, similarity, hops, forgotten_at) = row
+    return {
+        "inbox_id": seq,
+        "node_id": node_id,
+        "content": content,
+        "cell_type": cell_type,
+        "salience": salience,
+        "source_agent": source_agent,
+        "origin_node": origin_node,
+        "project": project,
+        "scene_id": scene_id,
+        "source_ref": json.loads(source_ref) if source_ref else None,
+        "metadata": json.loads(metadata),
+        "created_at": created_at,
+        "received_at": received_at,
+        "beacon_id": beacon_id,
+        "similarity": round(similarity, 6),
+        "hops": hops,
+        "forgotten": forgotten_at is not None,
+    }
