@@ -76,22 +76,19 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_agent_add(args: argparse.Namespace) -> int:
-    async def run(service):
-        return await service.add_agent(args.name, args.project)
-
-    principal, api_key = with_service(args, run)
+    agent = administer(args, "add_agent", name=args.name, projects=args.project)
     if args.json:
-        emit_json({"name": principal.name, "agent_id": principal.agent_id, "projects": list(principal.projects), "api_key": api_key})
+        emit_json(agent)
         return EXIT_OK
-    scope = ", ".join(principal.projects) or "all projects"
-    print(f"Agent {principal.name!r} ({principal.agent_id}) can read {scope}.", file=sys.stderr)
+    scope = ", ".join(agent["projects"]) or "all projects"
+    print(f"Agent {agent['name']!r} ({agent['agent_id']}) can read {scope}.", file=sys.stderr)
     print("Its API key is shown once; store it now (e.g. export HYPHAE_API_KEY=...):", file=sys.stderr)
-    print(api_key)
+    print(agent["api_key"])
     return EXIT_OK
 
 
 def cmd_agent_list(args: argparse.Namespace) -> int:
-    agents = with_service(args, lambda service: service.list_agents())
+    agents = administer(args, "list_agents")["agents"]
     if args.json:
         emit_json({"agents": agents})
         return EXIT_OK
@@ -105,7 +102,7 @@ def cmd_agent_list(args: argparse.Namespace) -> int:
 
 
 def cmd_agent_revoke(args: argparse.Namespace) -> int:
-    result = with_service(args, lambda service: service.revoke_agent(args.name))
+    result = administer(args, "revoke_agent", name=args.name)
     if args.json:
         emit_json(result)
     else:
@@ -120,20 +117,17 @@ def cmd_store(args: argparse.Namespace) -> int:
     if args.ref:
         kind, _, locator = args.ref.partition(":")
         source_ref = {"kind": kind, "locator": locator}
-    result = with_principal(
-        args,
-        lambda service, principal: service.store(
-            principal,
-            content=content,
-            cell_type=args.type,
-            salience=args.salience,
-            project=args.project,
-            scene_id=args.scene,
-            source_ref=source_ref,
-            metadata=metadata,
-            idempotency_key=args.idempotency_key,
-        ),
-    )
+    fields = {
+        "content": content,
+        "cell_type": args.type,
+        "salience": args.salience,
+        "project": args.project,
+        "scene_id": args.scene,
+        "source_ref": source_ref,
+        "metadata": metadata,
+        "idempotency_key": args.idempotency_key,
+    }
+    result = act(args, "store", **{k: v for k, v in fields.items() if v is not None})
     if args.json:
         emit_json(result)
     else:
@@ -142,12 +136,8 @@ def cmd_store(args: argparse.Namespace) -> int:
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
-    result = with_principal(
-        args,
-        lambda service, principal: service.search(
-            principal, query=args.query, k=args.k, layer=args.layer, cell_types=args.type, project=args.project
-        ),
-    )
+    fields = {"query": args.query, "k": args.k, "layer": args.layer, "cell_types": args.type, "project": args.project}
+    result = act(args, "search", **{k: v for k, v in fields.items() if v is not None})
     if args.json:
         emit_json(result)
         return EXIT_OK
@@ -161,10 +151,10 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
 def cmd_inbox(args: argparse.Namespace) -> int:
     if args.pull:
-        call = lambda service, principal: service.pull_inbox(principal, limit=args.limit)  # noqa: E731
+        result = act(args, "pull_inbox", **({"limit": args.limit} if args.limit else {}))
     else:
-        call = lambda service, principal: service.inbox(principal, since=args.since, limit=args.limit)  # noqa: E731
-    result = with_principal(args, call)
+        since = int(args.since) if args.since and args.since.isdigit() else args.since
+        result = act(args, "inbox", since=since, limit=args.limit)
     if args.json:
         emit_json(result)
         return EXIT_OK
@@ -176,11 +166,152 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_consolidate(args: argparse.Namespace) -> int:
+    result = act(args, "consolidate_scene", scene_id=args.scene_id)
+    if args.json:
+        emit_json(result)
+    else:
+        print(f"Scene {result['scene_id']}: {result['source_count']} cells summarised as {result['node_id']} (L2)")
+    return EXIT_OK
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from .daemon import run_daemon
+
+    def announce(line: str) -> None:
+        print(line, flush=True)
+
+    trio.run(lambda: run_daemon(args.home, api=args.api, allow_remote=args.allow_remote, announce=announce))
+    return EXIT_OK
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Serve MCP on stdin/stdout for one agent session, relayed to the data dir's daemon."""
+    import httpx
+
+    from mcp_bridge import HttpRelay, serve_stdio
+
+    from .client import DaemonClient, ensure_daemon
+
+    api_key = os.environ.get("HYPHAE_API_KEY", "")
+    if not api_key:
+        raise CliError("HYPHAE_API_KEY is not set; give the MCP host the key from `hyphae agent add NAME`", EXIT_AUTH)
+    info = ensure_daemon(args.home)
+    client = DaemonClient(args.home, info, api_key)
+    try:
+        who = client.call("GET", "/v1/whoami")  # the key is resolved once, before anything is served
+    finally:
+        client.close()
+    print(f"hyphae mcp: serving agent {who['name']!r} through {info['api_url']}", file=sys.stderr)
+
+    async def serve() -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0)) as http:
+            await serve_stdio(HttpRelay(info["api_url"], api_key, http))
+
+    trio.run(serve)
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .client import running_daemon
+
+    info = running_daemon(args.home)
+    status = {"home": str(args.home), "daemon": info}
+    if info is not None and os.environ.get("HYPHAE_API_KEY"):
+        status["stats"] = act(args, "stats")
+    if args.json:
+        emit_json(status)
+        return EXIT_OK
+    print(f"data dir  {args.home}")
+    if info is None:
+        print("daemon    not running (start it with `hyphae up`)")
+    else:
+        print(f"daemon    {info['api_url']} (pid {info['pid']}, node {info['node_id']})")
+    if "stats" in status:
+        stats = status["stats"]
+        print(f"cells     {stats['cells']}  layers {stats['layers']}")
+    return EXIT_OK
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    from .connect import snippet
+
+    print(snippet(args.host, home=args.home, http=args.http, api_key=args.key))
+    return EXIT_OK
+
+
 # -- plumbing ----------------------------------------------------------------------
 
+# How each facade call travels when a daemon runs: (HTTP method, path).
+_ROUTES = {
+    "store": ("POST", "/v1/cells"),
+    "search": ("POST", "/v1/search"),
+    "inbox": ("GET", "/v1/inbox"),
+    "pull_inbox": ("POST", "/v1/inbox/pull"),
+    "consolidate_scene": ("POST", "/v1/scenes/{scene_id}/consolidate"),
+    "whoami": ("GET", "/v1/whoami"),
+    "stats": ("GET", "/v1/stats"),
+    "add_agent": ("POST", "/v1/admin/agents"),
+    "list_agents": ("GET", "/v1/admin/agents"),
+    "revoke_agent": ("DELETE", "/v1/admin/agents/{name}"),
+}
 
-def with_service(args: argparse.Namespace, action: Callable) -> Any:
-    """Open the node in this process and run ``action(service)`` on it."""
+
+def _through_daemon(args: argparse.Namespace, op: str, kwargs: dict[str, Any], api_key: str | None) -> Any:
+    from .client import DaemonClient, running_daemon
+
+    info = running_daemon(args.home)
+    if info is None:
+        return _NO_DAEMON
+    method, template = _ROUTES[op]
+    path = template.format(**kwargs)
+    rest = {k: v for k, v in kwargs.items() if "{" + k + "}" not in template}
+    client = DaemonClient(args.home, info, api_key)
+    try:
+        if method == "GET":
+            return client.call(method, path, params=rest, admin=api_key is None)
+        return client.call(method, path, json=rest or None, admin=api_key is None)
+    finally:
+        client.close()
+
+
+_NO_DAEMON = object()
+
+
+def act(args: argparse.Namespace, op: str, **kwargs: Any) -> Any:
+    """Run a facade call as the agent whose key is in ``HYPHAE_API_KEY``: through the
+    daemon when one runs, else on the data dir directly."""
+    api_key = os.environ.get("HYPHAE_API_KEY", "")
+    if not api_key:
+        raise CliError("HYPHAE_API_KEY is not set: create a key with `hyphae agent add NAME`", EXIT_AUTH)
+    result = _through_daemon(args, op, kwargs, api_key)
+    if result is not _NO_DAEMON:
+        return result
+
+    async def run(service):
+        principal = await service.authenticate(api_key)
+        return await getattr(service, op)(principal, **kwargs)
+
+    return _in_process(args, run)
+
+
+def administer(args: argparse.Namespace, op: str, **kwargs: Any) -> Any:
+    """Run an admin call (agents) as the owner of the data dir."""
+    result = _through_daemon(args, op, kwargs, None)
+    if result is not _NO_DAEMON:
+        return result
+
+    async def run(service):
+        value = await getattr(service, op)(*kwargs.values())
+        if op == "add_agent":
+            principal, api_key = value
+            return {"name": principal.name, "agent_id": principal.agent_id, "projects": list(principal.projects), "api_key": api_key}
+        return {"agents": value} if op == "list_agents" else value
+
+    return _in_process(args, run)
+
+
+def _in_process(args: argparse.Namespace, action: Callable) -> Any:
     from .home import open_node
 
     async def run():
@@ -188,19 +319,6 @@ def with_service(args: argparse.Namespace, action: Callable) -> Any:
             return await action(service)
 
     return trio.run(run)
-
-
-def with_principal(args: argparse.Namespace, action: Callable) -> Any:
-    """Like :func:`with_service`, as the agent whose key is in ``HYPHAE_API_KEY``."""
-    api_key = os.environ.get("HYPHAE_API_KEY", "")
-    if not api_key:
-        raise CliError("HYPHAE_API_KEY is not set: create a key with `hyphae agent add NAME`", EXIT_AUTH)
-
-    async def run(service):
-        principal = await service.authenticate(api_key)
-        return await action(service, principal)
-
-    return with_service(args, run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,6 +371,21 @@ def build_parser() -> argparse.ArgumentParser:
     inbox.add_argument("--since", help="milliseconds or RFC 3339 time")
     inbox.add_argument("--limit", type=int)
     inbox.add_argument("--pull", action="store_true", help="take the next page and advance the server cursor")
+
+    consolidate = command("consolidate", cmd_consolidate, "summarise a scene into one L2 cell")
+    consolidate.add_argument("scene_id")
+
+    up = command("up", cmd_up, "run the node daemon (API, MCP over HTTP) in the foreground")
+    up.add_argument("--api", metavar="HOST:PORT", help="API address (default from config: 127.0.0.1:7777)")
+    up.add_argument("--allow-remote", action="store_true", help="allow a non-loopback API address")
+
+    command("mcp", cmd_mcp, "serve MCP over stdio for an agent (starts the daemon if needed)")
+    command("status", cmd_status, "is the daemon running, and what does it hold")
+
+    connect = command("connect", cmd_connect, "print the MCP set-up for an editor or agent host")
+    connect.add_argument("host", choices=("claude-code", "cursor", "vscode", "cline"))
+    connect.add_argument("--http", action="store_true", help="connect over HTTP instead of stdio")
+    connect.add_argument("--key", help="the agent's API key to put in the snippet (default: a placeholder)")
     return parser
 
 

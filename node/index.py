@@ -53,7 +53,7 @@ FORMAT_VERSION = 1
 # Tuned with benchmarks/index_bench.py (results in benchmarks/results/index.md).
 DEFAULT_M = 16
 DEFAULT_EF_CONSTRUCTION = 200
-DEFAULT_EF_SEARCH = 64
+DEFAULT_EF_SEARCH = 80
 
 # Rows per exclusive-lock hold in `add`, so searches are never blocked for a whole rebuild.
 _ADD_CHUNK = 4096
@@ -211,13 +211,11 @@ class LayerIndex:
             return LoadOutcome(False, f"corrupt: {exc}")
         if index.element_count != meta["count"] or index.dim != self.dim:
             return LoadOutcome(False, "corrupt: count differs")
+        # The loaded graph keeps the M and ef_construction it was built with (saved in the file).
         index.set_ef(self.ef_search)
         self._index = index
         self._removed = removed
         self.covered_seq = covered_seq
-        # The graph keeps the M it was built with; ef_construction matters for later inserts.
-        self.m = index.M
-        self.ef_construction = index.ef_construction
         self._dirty = 0
         self._remove_orphans(keep=index_name)
         return LoadOutcome(True, "ok")

@@ -208,8 +208,8 @@ class MemoryService:
         self,
         principal: Principal,
         *,
-        content: Any,
-        cell_type: Any,
+        content: Any = None,
+        cell_type: Any = None,
         salience: Any = None,
         scene_id: Any = None,
         source_ref: Any = None,
@@ -380,19 +380,19 @@ class MemoryService:
 
     # -- recall / query / search --------------------------------------------------
 
-    async def recall(self, principal: Principal, *, query: Any, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
+    async def recall(self, principal: Principal, *, query: Any = None, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
         """The k nearest cells to a query at L0: ``{results: [{node_id, distance}]}``."""
         hits = await self._nearest(principal, query, "L0", k, cell_types, project)
         self._reinforce([rowid for rowid, _ in hits[: self.energy.promote_recall_rank]])
         return {"results": [{"node_id": self.layers.catalog.node_id(r), "distance": d} for r, d in hits]}
 
-    async def query(self, principal: Principal, *, query: Any, layer: Any, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
+    async def query(self, principal: Principal, *, query: Any = None, layer: Any = None, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
         """Like recall, against an explicit layer (L0, L1 or L2)."""
         layer = v.check_layer(layer)
         hits = await self._nearest(principal, query, layer, k, cell_types, project)
         return {"results": [{"node_id": self.layers.catalog.node_id(r), "distance": d} for r, d in hits]}
 
-    async def search(self, principal: Principal, *, query: Any, layer: Any = "L0", k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
+    async def search(self, principal: Principal, *, query: Any = None, layer: Any = "L0", k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
         """Recall with content: full cells with their distances (REST and CLI)."""
         layer = v.check_layer(layer)
         hits = await self._nearest(principal, query, layer, k, cell_types, project)
@@ -511,7 +511,7 @@ class MemoryService:
 
     # -- sessions and scenes -----------------------------------------------------
 
-    async def start_session(self, principal: Principal, *, project: Any, title: Any = None) -> dict[str, Any]:
+    async def start_session(self, principal: Principal, *, project: Any = None, title: Any = None) -> dict[str, Any]:
         """Open a session (and its scene) in a project; stores default to them until it ends."""
         project = v.check_text(project, "project")
         title = None if title is None else v.check_text(title, "title", max_chars=500)
@@ -533,7 +533,7 @@ class MemoryService:
         await self.db.write(job)
         return {"session_id": session_id, "scene_id": scene_id}
 
-    async def end_session(self, principal: Principal, *, session_id: Any) -> dict[str, Any]:
+    async def end_session(self, principal: Principal, *, session_id: Any = None) -> dict[str, Any]:
         """Close a session and its scene. Ending it again answers the same."""
         session_id = v.check_uuid(session_id, "session_id")
         row = self.db.query_one(
@@ -664,7 +664,7 @@ class MemoryService:
         self,
         principal: Principal,
         *,
-        query: Any,
+        query: Any = None,
         threshold: Any = None,
         cell_types: Any = None,
         project: Any = None,

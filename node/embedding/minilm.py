@@ -53,6 +53,7 @@ LAYER_NORM_EPS = 1e-12
 MAX_SEQ_LENGTH = 256  # sentence-transformers' setting for this model
 MAX_BATCH_ROWS = 32
 MAX_BATCH_TOKENS = 4096  # rows x width per bucket; bounds the (rows, heads, width, width) scores
+FEED_FORWARD_ROWS = 128
 
 
 def locate_builtin_weights() -> Path | None:
@@ -102,16 +103,39 @@ def _layer_norm(x: np.ndarray, norm: tuple[np.ndarray, np.ndarray]) -> np.ndarra
     return centred / np.sqrt(variance + LAYER_NORM_EPS) * norm[0] + norm[1]
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
-    """Exact (erf) GELU, with erfc from Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7).
+def _gelu_inplace(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU, overwriting ``x``; erfc from Abramowitz & Stegun 7.1.26 (error < 1.5e-7).
 
-    Working with erfc(|z|) rather than 1 + erf(z) keeps full precision for negative inputs.
+    Working with erfc(|z|) rather than 1 + erf(z) keeps full precision for negative inputs, and the
+    in-place steps keep the temporaries few: this is the costliest elementwise step of the model.
     """
-    z = np.abs(x) * np.float32(1 / math.sqrt(2))
-    t = 1 / (1 + np.float32(0.3275911) * z)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    erfc = poly * np.exp(-z * z)
-    return 0.5 * x * np.where(x >= 0, 2 - erfc, erfc)
+    z = np.abs(x)
+    z *= np.float32(1 / math.sqrt(2))
+    t = z * np.float32(0.3275911)
+    t += 1
+    np.reciprocal(t, out=t)
+    erfc = t * np.float32(1.061405429)
+    for coefficient in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        erfc += np.float32(coefficient)
+        erfc *= t
+    np.square(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    erfc *= z  # now erfc(|x| / sqrt 2)
+    x *= np.where(x >= 0, 2 - erfc, erfc)
+    x *= np.float32(0.5)
+    return x
+
+
+def _feed_forward(x: np.ndarray, layer: _Layer) -> np.ndarray:
+    """The MLP, a slab of rows at a time, so its 1536-wide activations stay in cache."""
+    out = np.empty_like(x)
+    for start in range(0, len(x), FEED_FORWARD_ROWS):
+        rows = slice(start, start + FEED_FORWARD_ROWS)
+        hidden = _gelu_inplace(x[rows] @ layer.intermediate_weight + layer.intermediate_bias)
+        np.matmul(hidden, layer.output_weight, out=out[rows])
+    out += layer.output_bias
+    return out
 
 
 class MiniLMEmbedder:
@@ -204,8 +228,7 @@ class MiniLMEmbedder:
             scores /= scores.sum(axis=-1, keepdims=True)
             context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch * width, DIM)
             x = _layer_norm(x + context @ layer.attention_out_weight + layer.attention_out_bias, layer.attention_norm)
-            hidden = _gelu(x @ layer.intermediate_weight + layer.intermediate_bias)
-            x = _layer_norm(x + hidden @ layer.output_weight + layer.output_bias, layer.output_norm)
+            x = _layer_norm(x + _feed_forward(x, layer), layer.output_norm)
         weights = mask.astype(np.float32)[:, :, None]
         pooled = (x.reshape(batch, width, DIM) * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return l2_normalise(pooled)

@@ -78,31 +78,35 @@ def test_rows_are_unit_float32_in_input_order(model: MiniLMEmbedder) -> None:
     assert cosines(vectors, singles).min() >= 0.99999
 
 
+SHORT_TEXTS = ["Use pgvector for the V1 storage backend.", "Naïve café, 東京 🚀", "", "CI runs on every push."]
+
+
 def test_embedding_is_deterministic(model: MiniLMEmbedder) -> None:
-    np.testing.assert_array_equal(model.embed(REFERENCE_TEXTS), model.embed(REFERENCE_TEXTS))
+    np.testing.assert_array_equal(model.embed(SHORT_TEXTS), model.embed(SHORT_TEXTS))
 
 
 def test_batch_and_single_agree(model: MiniLMEmbedder) -> None:
-    # 70 texts of mixed lengths: several buckets, each padded differently than a lone text.
-    texts = [f"memory {i}: " + "the cache is warmed before deploy " * (i % 9) for i in range(70)]
+    # 40 texts of mixed lengths: several buckets, each padded differently than a lone text.
+    texts = [f"memory {i}: " + "the cache is warmed before deploy " * (i % 9) for i in range(40)]
     batched = model.embed(texts)
-    single = np.concatenate([model.embed([text]) for text in texts[::7]])
-    assert cosines(batched[::7], single).min() >= 0.99999
+    single = np.concatenate([model.embed([text]) for text in texts[::5]])
+    assert cosines(batched[::5], single).min() >= 0.99999
 
 
 def test_concurrent_callers_get_the_same_vectors(model: MiniLMEmbedder) -> None:
-    expected = model.embed(REFERENCE_TEXTS)
+    expected = model.embed(SHORT_TEXTS)
     results: list[np.ndarray] = []
 
     def worker() -> None:
-        results.append(model.embed(REFERENCE_TEXTS))
+        for _ in range(3):
+            results.append(model.embed(SHORT_TEXTS))
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
-    assert len(results) == 4
+    assert len(results) == 12
     for result in results:
         assert cosines(result, expected).min() >= 0.99999
 
@@ -212,7 +216,7 @@ def test_package_exports() -> None:
 # --- the tokenizer's rules, one at a time ----------------------------------------------------------
 
 TOY_VOCAB = [
-    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able", "aff", "a", "##b", "b", "cafe", "σοφιας",
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able", "aff", "a", "##b", "b", "cafe", "σοφιασ",
     "hello", "world", ",", "!", "日", "本", "x", "y", "stay", "together", "(", ")", "ab",
 ]  # fmt: skip
 
@@ -234,7 +238,7 @@ def pieces(tokenizer: WordPieceTokenizer, text: str) -> list[str]:
         ("unq", ["[UNK]"]),  # one uncoverable piece makes the whole word unknown
         ("Hello, WORLD!", ["hello", ",", "world", "!"]),  # lowercase, punctuation split off
         ("Café", ["cafe"]),  # accents stripped
-        ("ΣΟΦΙΑΣ", ["σοφιας"]),  # per-character lowercase: final Σ -> σ, not ς
+        ("ΣΟΦΙΑΣ", ["σοφιασ"]),  # per-character lowercase: final Σ -> σ, not ς
         ("日本", ["日", "本"]),  # CJK ideographs stand alone
         ("x\u00a0y\u3000x", ["x", "y", "x"]),  # Unicode White_Space splits
         ("stay\x0btogether", ["[UNK]"]),  # \x0b is Cc: removed, not a space, so one unknown word

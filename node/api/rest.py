@@ -1,0 +1,250 @@
+"""The REST surface (``/v1``): the same facade as MCP, with full cells.
+
+Each route is one row of ``ROUTES``: method, path, the facade call, and what the
+OpenAPI document says about it; the router and ``/openapi.json`` are both derived
+from the table, so they cannot drift apart. Keys come in ``x-hyphae-key`` (or
+``Authorization: Bearer``); admin routes (agents) take the data dir's admin token in
+``x-hyphae-admin``, which only the user who owns the data dir can read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..errors import HyphaeError, InvalidArgument, Unauthenticated
+from ..principals import Principal
+from ..service import MemoryService
+from .http import HttpError, Request
+
+__all__ = ["Route", "ROUTES", "RestApi"]
+
+Handler = Callable[[MemoryService, Principal | None, Request], Awaitable[Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    auth: str = "key"  # "key", "admin" or "none"
+    status: int = 200
+    body: tuple[str, ...] = ()  # JSON body fields, documented in OpenAPI
+    query: tuple[str, ...] = ()  # query-string parameters
+    tag: str = "memory"
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", self.path) + "$")
+
+
+def _body(request: Request, allowed: tuple[str, ...]) -> dict[str, Any]:
+    data = request.json()
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        hint = " (identity comes from your API key)" if {"source_agent", "tenant_id"} & set(unknown) else ""
+        raise InvalidArgument(f"unknown field(s): {', '.join(unknown)}{hint}", field=unknown[0])
+    return data
+
+
+def _int(request: Request, name: str) -> int | None:
+    value = request.query.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidArgument(f"'{name}' must be an integer", field=name) from None
+
+
+def _since(request: Request) -> int | str | None:
+    value = request.query.get("since")
+    if value in (None, ""):
+        return None
+    return int(value) if value.isdigit() else value
+
+
+STORE_FIELDS = ("content", "cell_type", "salience", "scene_id", "source_ref", "metadata", "idempotency_key", "project")
+SEARCH_FIELDS = ("query", "k", "layer", "cell_types", "project")
+BEACON_FIELDS = ("query", "threshold", "cell_types", "project", "min_salience", "ttl_seconds")
+
+
+async def _health(service, _principal, _request):
+    return {"status": "ok", "node_id": service.node_id, "version": _version()}
+
+
+async def _whoami(service, principal, _request):
+    return {"agent_id": principal.agent_id, "name": principal.name, "tenant_id": principal.tenant_id,
+            "projects": list(principal.projects), "node_id": service.node_id}
+
+
+async def _store(service, principal, request):
+    return await service.store(principal, **_body(request, STORE_FIELDS))
+
+
+async def _get_cell(service, principal, request):
+    return await service.get_cell(principal, node_id=request.path_params["node_id"])
+
+
+async def _forget(service, principal, request):
+    return await service.forget(principal, node_id=request.path_params["node_id"])
+
+
+async def _search(service, principal, request):
+    return await service.search(principal, **_body(request, SEARCH_FIELDS))
+
+
+async def _recall(service, principal, request):
+    return await service.recall(principal, **_body(request, ("query", "k", "cell_types", "project")))
+
+
+async def _place_beacon(service, principal, request):
+    return await service.place_beacon(principal, **_body(request, BEACON_FIELDS))
+
+
+async def _list_beacons(service, principal, _request):
+    return await service.list_beacons(principal)
+
+
+async def _remove_beacon(service, principal, request):
+    return await service.remove_beacon(principal, beacon_id=request.path_params["beacon_id"])
+
+
+async def _start_session(service, principal, request):
+    return await service.start_session(principal, **_body(request, ("project", "title")))
+
+
+async def _end_session(service, principal, request):
+    return await service.end_session(principal, session_id=request.path_params["session_id"])
+
+
+async def _list_scenes(service, principal, request):
+    return await service.list_scenes(
+        principal, project=request.query.get("project") or None, limit=_int(request, "limit"),
+        cursor=request.query.get("cursor") or None,
+    )
+
+
+async def _get_scene(service, principal, request):
+    return await service.get_scene(principal, scene_id=request.path_params["scene_id"])
+
+
+async def _consolidate(service, principal, request):
+    return await service.consolidate_scene(principal, scene_id=request.path_params["scene_id"])
+
+
+async def _inbox(service, principal, request):
+    return await service.inbox(principal, since=_since(request), limit=_int(request, "limit"))
+
+
+async def _pull(service, principal, request):
+    return await service.pull_inbox(principal, **_body(request, ("limit",)))
+
+
+async def _stats(service, _principal, _request):
+    return await service.stats()
+
+
+async def _add_agent(service, _principal, request):
+    data = _body(request, ("name", "projects"))
+    principal, api_key = await service.add_agent(data.get("name"), data.get("projects"))
+    return {"name": principal.name, "agent_id": principal.agent_id, "projects": list(principal.projects), "api_key": api_key}
+
+
+async def _list_agents(service, _principal, _request):
+    return {"agents": await service.list_agents()}
+
+
+async def _revoke_agent(service, _principal, request):
+    return await service.revoke_agent(request.path_params["name"])
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/healthz", _health, "Liveness and the node id", auth="none", tag="node"),
+    Route("GET", "/v1/whoami", _whoami, "The principal behind the key", tag="node"),
+    Route("GET", "/v1/stats", _stats, "Node counters", tag="node"),
+    Route("POST", "/v1/cells", _store, "Store a memory cell", status=201, body=STORE_FIELDS),
+    Route("GET", "/v1/cells/{node_id}", _get_cell, "Hydrate a cell with content and provenance"),
+    Route("DELETE", "/v1/cells/{node_id}", _forget, "Forget a cell (it becomes a tombstone)"),
+    Route("POST", "/v1/search", _search, "Nearest cells to a query, with content", body=SEARCH_FIELDS),
+    Route("POST", "/v1/recall", _recall, "Nearest cells at L0, ids and distances only", body=("query", "k", "cell_types", "project")),
+    Route("POST", "/v1/beacons", _place_beacon, "Place a standing interest", status=201, body=BEACON_FIELDS),
+    Route("GET", "/v1/beacons", _list_beacons, "Your live beacons"),
+    Route("DELETE", "/v1/beacons/{beacon_id}", _remove_beacon, "Remove one of your beacons"),
+    Route("POST", "/v1/sessions", _start_session, "Open a session and its scene", status=201, body=("project", "title")),
+    Route("POST", "/v1/sessions/{session_id}/end", _end_session, "Close a session"),
+    Route("GET", "/v1/scenes", _list_scenes, "Scenes in your read scope", query=("project", "limit", "cursor")),
+    Route("GET", "/v1/scenes/{scene_id}", _get_scene, "One scene with its cell ids"),
+    Route("POST", "/v1/scenes/{scene_id}/consolidate", _consolidate, "Summarise a scene into an L2 cell", status=201),
+    Route("GET", "/v1/inbox", _inbox, "Diffs received after a time (non-destructive)", query=("since", "limit")),
+    Route("POST", "/v1/inbox/pull", _pull, "The next page after your server-kept cursor", body=("limit",)),
+    Route("POST", "/v1/admin/agents", _add_agent, "Create an agent; its key is returned once", auth="admin", status=201, body=("name", "projects"), tag="admin"),
+    Route("GET", "/v1/admin/agents", _list_agents, "List agents", auth="admin", tag="admin"),
+    Route("DELETE", "/v1/admin/agents/{name}", _revoke_agent, "Revoke an agent's key", auth="admin", tag="admin"),
+)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hyphae")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class RestApi:
+    """Routes a request to its facade call and turns facade errors into HTTP ones."""
+
+    def __init__(self, service: MemoryService, admin_token: str) -> None:
+        self.service = service
+        self._admin_token = admin_token
+        self._compiled = [(route, route.pattern) for route in ROUTES]
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
+        allowed = []
+        for route, pattern in self._compiled:
+            found = pattern.match(path)
+            if found:
+                if route.method == method:
+                    return route, found.groupdict()
+                allowed.append(route.method)
+        if allowed:
+            raise HttpError(405, "method_not_allowed", f"{method} is not allowed on {path}; use {', '.join(allowed)}")
+        raise HttpError(404, "not_found", f"no route {path}")
+
+    async def handle(self, request: Request) -> tuple[int, Any]:
+        route, params = self.match(request.method, request.path)
+        request.path_params = params
+        try:
+            principal = await self._authorise(route, request)
+            return route.status, await route.handler(self.service, principal, request)
+        except HyphaeError as exc:
+            raise HttpError(exc.http_status, exc.reason, exc.message, **_extra(exc)) from None
+
+    async def _authorise(self, route: Route, request: Request) -> Principal | None:
+        if route.auth == "none":
+            return None
+        if route.auth == "admin":
+            token = request.headers.get("x-hyphae-admin", "")
+            if not token or not hmac.compare_digest(token, self._admin_token):
+                raise HttpError(401, "unauthenticated", "admin routes need the data dir's admin token (x-hyphae-admin)")
+            return None
+        key = request.headers.get("x-hyphae-key")
+        if key is None:
+            auth = request.headers.get("authorization", "")
+            key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+        if not key:
+            raise Unauthenticated("no API key: send it in the x-hyphae-key header")
+        return await self.service.authenticate(key)
+
+
+def _extra(exc: HyphaeError) -> dict[str, Any]:
+    extra = dict(exc.details)
+    if exc.field is not None:
+        extra["field"] = exc.field
+    return extra

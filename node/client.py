@@ -1,0 +1,124 @@
+"""Finding, starting and talking to the data dir's daemon.
+
+While a daemon runs, every CLI command goes through it (never around it to the
+database). ``daemon.json`` says where it listens; it only counts while the data-dir
+lock is held, so a daemon killed with SIGKILL leaves nothing that misleads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .daemon import ADMIN_TOKEN_FILE, read_daemon_file
+from .errors import (
+    Conflict,
+    Forbidden,
+    HyphaeError,
+    InvalidArgument,
+    NotFound,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+)
+from .lock import DataDirLock
+
+__all__ = ["running_daemon", "ensure_daemon", "DaemonClient", "SPAWN_LOG"]
+
+SPAWN_LOG = "daemon.log"
+_ERRORS = {cls.reason: cls for cls in (InvalidArgument, TooLarge, Unauthenticated, Forbidden, NotFound, Conflict, Unavailable)}
+
+
+def running_daemon(home: Path) -> dict[str, Any] | None:
+    """The daemon's ``daemon.json`` if one is serving this data dir, else None."""
+    info = read_daemon_file(home)
+    if info is None:
+        return None
+    probe = DataDirLock(home / "node.lock")
+    try:
+        probe.acquire(timeout=0)
+    except Unavailable:
+        return info  # held: the daemon is alive
+    probe.release()
+    return None  # a stale file from a daemon that died
+
+
+def ensure_daemon(home: Path, *, timeout: float = 60.0) -> dict[str, Any]:
+    """Return the running daemon, starting one in the background if there is none.
+
+    Many ``hyphae mcp`` processes may start at once: a spawn lock lets exactly one of
+    them launch the daemon while the others wait for it to answer.
+    """
+    info = running_daemon(home)
+    if info is not None:
+        return info
+    spawn_lock = DataDirLock(home / "spawn.lock")
+    spawn_lock.acquire(timeout=timeout)
+    try:
+        info = running_daemon(home)
+        if info is not None:
+            return info
+        log_path = home / SPAWN_LOG
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "node.cli", "--home", str(home), "up"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # detached: it outlives the agent session that started it
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = running_daemon(home)
+            if info is not None:
+                return info
+            if process.poll() is not None:
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+                raise Unavailable(f"the Hyphae daemon failed to start: {' / '.join(tail)} (log: {log_path})")
+            time.sleep(0.05)
+        raise Unavailable(f"the Hyphae daemon did not start within {timeout:.0f} s (log: {log_path})")
+    finally:
+        spawn_lock.release()
+
+
+class DaemonClient:
+    """The REST API of a running daemon, with its errors turned back into HyphaeErrors."""
+
+    def __init__(self, home: Path, info: dict[str, Any], api_key: str | None = None, *, timeout: float = 30.0) -> None:
+        self.base_url = info["api_url"]
+        self._home = home
+        headers = {"x-hyphae-key": api_key} if api_key else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def call(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None, admin: bool = False) -> Any:
+        headers = {}
+        if admin:
+            try:
+                headers["x-hyphae-admin"] = (self._home / ADMIN_TOKEN_FILE).read_text().strip()
+            except OSError as exc:
+                raise Unavailable(f"cannot read the admin token of {self._home}: {exc}") from None
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._http.request(method, path, json=json, params=params, headers=headers)
+        except httpx.TransportError as exc:
+            raise Unavailable(f"the Hyphae daemon at {self.base_url} is not reachable ({type(exc).__name__})") from None
+        try:
+            data = response.json()
+        except ValueError:
+            raise Unavailable(f"the daemon answered {response.status_code} with no JSON") from None
+        if response.is_success:
+            return data
+        error = data.get("error", {}) if isinstance(data, dict) else {}
+        cls = _ERRORS.get(error.get("reason"), HyphaeError)
+        details = {k: v for k, v in error.items() if k not in ("reason", "message", "field")}
+        raise cls(error.get("message", f"HTTP {response.status_code}"), field=error.get("field"), **details)

@@ -1,0 +1,183 @@
+"""``hyphae up``: the node daemon, and the composition root of the surfaces.
+
+It owns the data dir (its lock), opens the memory service, and serves one ASGI app on
+the API port with hypercorn's trio worker: REST, ``POST /mcp`` (from ``mcp_bridge``;
+this module is the one place in ``node`` that imports it, because it composes the
+surfaces) and health. ``daemon.json`` in the data dir says where it listens, so the
+CLI and ``hyphae mcp`` find it; the admin token there lets the data dir's owner manage
+agents through it. SIGINT/SIGTERM shut down cleanly: requests drain, indexes are
+saved, the lock is released.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from .api import RestApi, make_api_app
+from .api.rest import _version
+from .config import load_config
+from .errors import ConfigError, Unavailable
+from .lock import DataDirLock
+from .service import MemoryService
+
+__all__ = ["run_daemon", "parse_listen", "DAEMON_FILE", "ADMIN_TOKEN_FILE"]
+
+log = logging.getLogger("hyphae.daemon")
+
+DAEMON_FILE = "daemon.json"
+ADMIN_TOKEN_FILE = "admin.token"
+INDEX_SAVE_INTERVAL = 30.0
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"listen address must be HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a 0600 file atomically (temp file + rename)."""
+    temp = path.with_name(path.name + ".tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(temp, path)
+
+
+def _build_app(service: MemoryService, admin_token: str):
+    from mcp_bridge import Dispatcher, make_mcp_app
+
+    dispatcher = Dispatcher(service, server_version=_version())
+    rest = RestApi(service, admin_token)
+    mcp_app = make_mcp_app(dispatcher, service.authenticate)
+    return make_api_app(rest, {"/mcp": mcp_app})
+
+
+async def run_daemon(
+    home: Path,
+    *,
+    api: str | None = None,
+    allow_remote: bool = False,
+    announce=print,
+    task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the node in ``home`` until SIGINT/SIGTERM (or cancellation)."""
+    config = load_config(home)
+    host, port = parse_listen(api or config.api_listen)
+    if not allow_remote and not _is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve the API on {host}: it is not a loopback address. "
+            "Agents' memories would be reachable from the network; pass --allow-remote if you mean it"
+        )
+    lock = DataDirLock(config.lock_path)
+    try:
+        lock.acquire(timeout=0)
+    except Unavailable:
+        info = read_daemon_file(home)
+        where = f" at {info['api_url']} (pid {info['pid']})" if info else ""
+        raise Unavailable(f"a Hyphae node already runs for {home}{where}") from None
+    daemon_file = home / DAEMON_FILE
+    try:
+        service = await MemoryService.open(config)
+        try:
+            sock = _bind(host, port)
+            bound_host, bound_port = sock.getsockname()[:2]
+            url_host = f"[{bound_host}]" if ":" in bound_host else bound_host
+            api_url = f"http://{url_host}:{bound_port}"
+            admin_token = secrets.token_urlsafe(32)
+            _write_private(home / ADMIN_TOKEN_FILE, admin_token + "\n")
+            hyper = HypercornConfig()
+            hyper.bind = [f"fd://{sock.fileno()}"]
+            hyper.accesslog = None
+            hyper.errorlog = logging.getLogger("hypercorn.error")
+            hyper.keep_alive_timeout = 75
+            hyper.graceful_timeout = 5
+            info = {
+                "pid": os.getpid(),
+                "api_url": api_url,
+                "node_id": service.node_id,
+                "version": _version(),
+            }
+            app = _build_app(service, admin_token)
+            shutdown = trio.Event()
+            served = trio.Event()
+
+            async def run_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                try:
+                    await serve(app, hyper, shutdown_trigger=shutdown.wait, task_status=task_status)
+                finally:
+                    served.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch_signals, shutdown)
+                nursery.start_soon(_save_indexes_periodically, service)
+                await nursery.start(run_server)
+                _write_private(daemon_file, json.dumps(info))
+                announce(f"Hyphae node {service.node_id} serving {api_url} (MCP: {api_url}/mcp) from {home}")
+                task_status.started(info)
+                await served.wait()  # hypercorn returns once shutdown was asked for and requests drained
+                nursery.cancel_scope.cancel()
+            announce("Shutting down: requests drained; saving indexes.")
+        finally:
+            daemon_file.unlink(missing_ok=True)
+            (home / ADMIN_TOKEN_FILE).unlink(missing_ok=True)
+            await service.aclose()
+    finally:
+        lock.release()
+
+
+async def _watch_signals(shutdown: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            log.info("signal received; shutting down")
+            shutdown.set()
+
+
+async def _save_indexes_periodically(service: MemoryService) -> None:
+    while True:
+        await trio.sleep(INDEX_SAVE_INTERVAL)
+        await trio.to_thread.run_sync(service.layers.save)
+
+
+def read_daemon_file(home: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((home / DAEMON_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError, OSError):
+        return None
