@@ -122,10 +122,6 @@ class Dispatcher:
             "notifications/cancelled": lambda params: None,  # each HTTP call / stdio task ends on its own
         }
 
-    @property
-    def methods(self) -> tuple[str, ...]:
-        return tuple(self._methods)
-
     async def handle(self, message: bytes | str | dict[str, Any], principal: Any) -> dict[str, Any] | None:
         """Answer one message: the response object, or None when none is owed."""
         event = jsonrpc.parse(message)
@@ -191,7 +187,8 @@ class Dispatcher:
 
     async def _tools_call(self, params: dict[str, Any], principal: Any) -> dict[str, Any]:
         if "name" not in params:
-            raise reason_error("invalid_argument", "tools/call: params.name (the tool to call) is required", field="name")
+            message = "tools/call: params.name (the tool to call) is required"
+            raise reason_error("invalid_argument", message, field="name")
         tool = get_tool(params["name"])
         arguments = validate_arguments(tool, params.get("arguments"))
         payload = await getattr(self._service, tool.name)(principal, **arguments)
@@ -200,8 +197,9 @@ class Dispatcher:
         except SchemaViolation as violation:
             logger.error("%s returned a result outside its outputSchema: %s", tool.name, violation)
             raise internal_error() from None
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         return {
-            "content": [{"type": "text", "text": json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)}],
+            "content": [{"type": "text", "text": text}],
             "structuredContent": payload,
             "isError": False,
         }

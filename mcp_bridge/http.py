@@ -28,12 +28,11 @@ any 127.0.0.0/8 address or ``[::1]``, on any port.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import urlsplit
 
+from node.api.http import is_loopback_origin
 from node.errors import HyphaeError
 
 from . import jsonrpc
@@ -52,28 +51,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def is_loopback_origin(origin: str) -> bool:
-    """``http(s)://localhost``, ``127.0.0.0/8`` or ``[::1]``, any port; nothing else."""
-    try:
-        parts = urlsplit(origin)
-        parts.port  # raises ValueError on a malformed port
-    except ValueError:
-        return False
-    if parts.scheme not in ("http", "https") or parts.username is not None or parts.query or parts.fragment:
-        return False
-    if parts.path not in ("", "/"):
-        return False
-    host = parts.hostname
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -161,7 +161,9 @@ def _invalid(message: str, id: RequestId | None = None) -> MessageRejected:
 
 def _classify(message: Any) -> Event:
     if isinstance(message, list):
-        return _invalid("JSON-RPC batches are not supported (MCP removed them in 2025-06-18); send one message per request")
+        return _invalid(
+            "JSON-RPC batches are not supported (MCP removed them in 2025-06-18); send one message per request"
+        )
     if not isinstance(message, dict):
         return _invalid("a JSON-RPC message must be a JSON object")
     has_id = "id" in message

@@ -51,7 +51,8 @@ class HttpRelay:
         try:
             response = await self._client.post(self._url, content=line, headers=self._headers)
         except httpx.ConnectError:
-            return self._error(event, reason_error("unavailable", f"hyphae daemon at {self._base_url} is not reachable"))
+            message = f"hyphae daemon at {self._base_url} is not reachable"
+            return self._error(event, reason_error("unavailable", message))
         except httpx.TransportError as exc:
             logger.warning("relaying to %s failed: %r", self._url, exc)
             message = f"hyphae daemon at {self._base_url} is not reachable ({type(exc).__name__})"

@@ -102,7 +102,7 @@ class _LineReader:
 
 
 class _ThreadFileStream:
-    """A byte stream over a file descriptor trio cannot poll (a regular file, or Windows)."""
+    """A byte stream over a file descriptor trio cannot poll (a file, /dev/null, Windows)."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -123,7 +123,9 @@ class _ThreadFileStream:
 def _open_std_stream(fd: int) -> Any:
     """A trio stream over a duplicate of ``fd``, so closing it leaves the original alone."""
     duplicate = os.dup(fd)
-    if hasattr(trio.lowlevel, "FdStream") and not stat.S_ISREG(os.fstat(duplicate).st_mode):
+    mode = os.fstat(duplicate).st_mode
+    pollable = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(duplicate)
+    if pollable and hasattr(trio.lowlevel, "FdStream"):
         return trio.lowlevel.FdStream(duplicate)
     return _ThreadFileStream(duplicate)
 
@@ -133,8 +135,10 @@ def _too_long_response(limit: int) -> bytes:
     return jsonrpc.encode(jsonrpc.failure(None, error))
 
 
-def _one_line(response: bytes) -> bytes | None:
+def _one_line(response: bytes | str) -> bytes | None:
     """The response as exactly one line's worth of bytes (re-encoded if it spans lines)."""
+    if isinstance(response, str):
+        response = response.encode("utf-8", "surrogatepass")
     response = response.strip()
     if not response:
         return None

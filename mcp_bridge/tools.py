@@ -10,30 +10,19 @@ Every ``inputSchema`` says ``additionalProperties: false``, so identity can neve
 in the arguments: ``source_agent`` and ``tenant_id`` are refused with a message that
 says identity comes from the API key (seed 000, INV-5).
 
-Arguments are checked by the small JSON Schema checker below (the subset the
-descriptors use: ``type`` (a name or a list), ``enum``, ``minimum``/``maximum``,
-``minLength``/``maxLength``, ``format`` ``uuid``/``date-time``, ``properties``,
-``required``, ``additionalProperties: false``, ``items``, ``minItems``). It is
-hand-rolled because the error text is agent-facing and must name the argument and say
-what was expected, and the product takes no ``jsonschema`` dependency for a dozen
-keywords; the tests hold the schemas, and results, to the real ``jsonschema``. JSON
-semantics, not Python's: ``true`` is not a number, NaN is not a number, and ``10.0`` is
-an integer (passed on as ``10``). Numeric keywords apply only to numbers and string
-keywords only to strings, as in JSON Schema.
+Arguments are checked by :mod:`mcp_bridge.schema`.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime
-import math
-import re
 from typing import Any
 
 from node.energy import CELL_TYPES
 
 from .errors import reason_error
+from .schema import SchemaViolation, conform, expectation
 from .jsonrpc import JsonRpcError
 
 __all__ = [
@@ -51,176 +40,6 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------------------------
-# The schema checker
-
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-
-
-@dataclasses.dataclass(eq=False)
-class SchemaViolation(Exception):
-    """Where a value broke its schema, and how.
-
-    ``kind`` is ``"invalid"`` (the value at ``path`` is not ``expected``),
-    ``"missing"`` (``name`` is required in the object at ``path``) or
-    ``"unknown"`` (``name`` is not a property of the object at ``path``).
-    """
-
-    kind: str
-    path: str
-    expected: str = ""
-    name: str = ""
-
-    def __str__(self) -> str:
-        where = self.path or "the value"
-        if self.kind == "missing":
-            return f"{where} is missing required field '{self.name}'"
-        if self.kind == "unknown":
-            return f"{where} has unknown field '{self.name}'"
-        return f"{where} must be {self.expected}"
-
-
-def _is_rfc3339(text: str) -> bool:
-    if not _RFC3339.match(text):
-        return False
-    try:
-        datetime.datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return True
-
-
-_FORMATS = {"uuid": lambda s: bool(_UUID.match(s)), "date-time": _is_rfc3339}
-
-
-def _type_matches(name: str, value: Any) -> bool:
-    if name == "string":
-        return isinstance(value, str)
-    if name == "boolean":
-        return isinstance(value, bool)
-    if name == "null":
-        return value is None
-    if name == "object":
-        return isinstance(value, dict)
-    if name == "array":
-        return isinstance(value, list)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    if isinstance(value, float) and not math.isfinite(value):
-        return False
-    if name == "number":
-        return True
-    if name == "integer":
-        return isinstance(value, int) or value.is_integer()
-    raise ValueError(f"unsupported schema type {name!r}")
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(x)
-
-
-def _article(phrase: str) -> str:
-    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
-
-
-def _expect_one(name: str, schema: dict[str, Any]) -> str:
-    if "enum" in schema and name == "string":
-        return "one of " + ", ".join(map(str, schema["enum"]))
-    if name in ("number", "integer"):
-        lo, hi = schema.get("minimum"), schema.get("maximum")
-        if lo is not None and hi is not None:
-            return _article(f"{name} between {_num(lo)} and {_num(hi)}")
-        if lo is not None:
-            return _article(f"{name} of at least {_num(lo)}")
-        if hi is not None:
-            return _article(f"{name} of at most {_num(hi)}")
-        return _article(name)
-    if name == "string":
-        fmt = schema.get("format")
-        if fmt == "uuid":
-            return "a UUID string"
-        if fmt == "date-time":
-            return "an RFC 3339 date-time string (e.g. 2025-01-31T09:30:00Z)"
-        words = "non-empty string" if schema.get("minLength", 0) >= 1 else "string"
-        if "maxLength" in schema:
-            words += f" of at most {schema['maxLength']} characters"
-        return _article(words)
-    if name == "array":
-        words = "non-empty array" if schema.get("minItems", 0) >= 1 else "array"
-        if "items" in schema:
-            words += " whose items are each " + expectation(schema["items"])
-        return _article(words)
-    if name == "object":
-        props = list(schema.get("properties", {}))
-        if not props:
-            return "an object"
-        required = set(schema.get("required", ()))
-        fields = ", ".join(f"{p}{'' if p in required else '?'}" for p in props)
-        return f"an object {{{fields}}}"
-    return "null" if name == "null" else _article(name)
-
-
-def expectation(schema: dict[str, Any]) -> str:
-    """What a value of this schema is, in words an agent understands."""
-    types = schema.get("type")
-    if types is None:
-        return "one of " + ", ".join(map(str, schema["enum"])) if "enum" in schema else "any JSON value"
-    names = [types] if isinstance(types, str) else list(types)
-    return " or ".join(_expect_one(n, schema) for n in names)
-
-
-def conform(schema: dict[str, Any], value: Any, path: str = "") -> Any:
-    """Check ``value`` against ``schema``; return it normalised (integral floats -> int).
-
-    Raises :class:`SchemaViolation` at the first problem found, depth first.
-    """
-    types = schema.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else list(types)
-        matched = next((n for n in names if _type_matches(n, value)), None)
-        if matched is None:
-            raise SchemaViolation("invalid", path, expectation(schema))
-        if matched == "integer" and isinstance(value, float):
-            value = int(value)
-    if "enum" in schema and value not in schema["enum"]:
-        raise SchemaViolation("invalid", path, expectation(schema))
-
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if ("minimum" in schema and value < schema["minimum"]) or ("maximum" in schema and value > schema["maximum"]):
-            raise SchemaViolation("invalid", path, expectation(schema))
-    elif isinstance(value, str):
-        too_short = len(value) < schema.get("minLength", 0)
-        too_long = "maxLength" in schema and len(value) > schema["maxLength"]
-        bad_format = "format" in schema and schema["format"] in _FORMATS and not _FORMATS[schema["format"]](value)
-        if too_short or too_long or bad_format:
-            raise SchemaViolation("invalid", path, expectation(schema))
-    elif isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            raise SchemaViolation("invalid", path, expectation(schema))
-        if "items" in schema:
-            value = [conform(schema["items"], item, f"{path}[{i}]") for i, item in enumerate(value)]
-    elif isinstance(value, dict):
-        value = _conform_object(schema, value, path)
-    return value
-
-
-def _conform_object(schema: dict[str, Any], value: dict[str, Any], path: str) -> dict[str, Any]:
-    properties: dict[str, Any] = schema.get("properties", {})
-    for name in schema.get("required", ()):
-        if name not in value:
-            raise SchemaViolation("missing", path, name=name)
-    if schema.get("additionalProperties", True) is False:
-        for name in value:
-            if name not in properties:
-                raise SchemaViolation("unknown", path, name=name)
-    out = dict(value)
-    for name, sub in properties.items():
-        if name in value:
-            out[name] = conform(sub, value[name], f"{path}.{name}" if path else name)
-    return out
-
-
-# ---------------------------------------------------------------------------------------
 # The descriptors
 
 IDENTITY_ARGUMENTS = frozenset({"source_agent", "tenant_id"})
@@ -231,6 +50,11 @@ def _obj(properties: dict[str, Any], required: tuple[str, ...] = (), *, closed: 
     if closed:
         schema["additionalProperties"] = False
     return schema
+
+
+def _record(properties: dict[str, Any]) -> dict[str, Any]:
+    """An output object whose every field is always present (possibly null)."""
+    return _obj(properties, tuple(properties))
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -260,7 +84,7 @@ _IN_LIMIT = {"type": "integer", "minimum": 1, "maximum": 500, "description": "Pa
 
 _STORE_INPUT = _obj(
     {
-        "content": {"type": "string", "minLength": 1, "description": "The cell content to store: one self-contained idea."},
+        "content": {"type": "string", "minLength": 1, "description": "The cell content: one self-contained idea."},
         "cell_type": {
             **_CELL_TYPE,
             "description": "The cell type; drives energy and promotion. Decision, Constraint, Risk, Pattern, "
@@ -369,6 +193,8 @@ _LIST_SCENES_INPUT = _obj(
 
 _PULL_INBOX_INPUT = _obj({"limit": _IN_LIMIT}, closed=True)
 
+_NO_INPUT = _obj({}, closed=True)
+
 # -- output fragments ---------------------------------------------------------------------
 
 _HITS = _obj(
@@ -382,9 +208,9 @@ _HITS = _obj(
     ("results",),
 )
 
-_DIFF = _obj(
+_DIFF = _record(
     {
-        "inbox_id": _STRING,
+        "inbox_id": {"type": ["string", "integer"]},
         "node_id": _STRING,
         "content": _STRING,
         "cell_type": _CELL_TYPE,
@@ -401,13 +227,9 @@ _DIFF = _obj(
         "similarity": _NUMBER,
         "hops": _INT,
     },
-    (
-        "inbox_id", "node_id", "content", "cell_type", "salience", "source_agent", "origin_node", "project",
-        "scene_id", "source_ref", "metadata", "created_at", "received_at", "beacon_id", "similarity", "hops",
-    ),
 )
 
-_SCENE = _obj(
+_SCENE = _record(
     {
         "scene_id": _STRING,
         "project": _nullable(_STRING),
@@ -421,13 +243,11 @@ _SCENE = _obj(
         "cell_count": _INT,
         "cell_ids": {"type": "array", "items": _STRING},
     },
-    (
-        "scene_id", "project", "title", "session_id", "agent_id", "created_at", "ended_at", "consolidated_at",
-        "summary_node_id", "cell_count", "cell_ids",
-    ),
 )
+# A page of list_scenes leaves each scene's cell_ids out (get_scene has them).
+_SCENE_IN_LIST = {**_SCENE, "required": [name for name in _SCENE["required"] if name != "cell_ids"]}
 
-_BEACON = _obj(
+_BEACON = _record(
     {
         "beacon_id": _STRING,
         "query": _STRING,
@@ -439,10 +259,6 @@ _BEACON = _obj(
         "created_at": _MS,
         "expires_at": _nullable(_MS),
     },
-    (
-        "beacon_id", "query", "threshold", "cell_types", "project", "min_salience", "ttl_seconds", "created_at",
-        "expires_at",
-    ),
 )
 
 
@@ -477,51 +293,39 @@ class Tool:
         }
 
 
-# name, title, inputSchema, outputSchema, readOnly, destructive, idempotent (DESIGN §7)
-_TABLE: tuple[tuple[str, str, dict[str, Any], dict[str, Any], bool, bool, bool], ...] = (
-    ("store", "Store a memory", _STORE_INPUT, _obj({"node_id": _STRING}, ("node_id",)), False, False, False),
-    ("recall", "Recall similar memories", _RECALL_INPUT, _HITS, True, False, True),
-    ("query", "Query a memory layer", _QUERY_INPUT, _HITS, True, False, True),
-    (
-        "start_session", "Start a session", _START_SESSION_INPUT,
-        _obj({"session_id": _STRING, "scene_id": _STRING}, ("session_id", "scene_id")), False, False, False,
-    ),
-    (
-        "end_session", "End a session", _END_SESSION_INPUT,
-        _obj({"session_id": _STRING, "ended_at": _MS, "cell_count": _INT}, ("session_id", "ended_at", "cell_count")),
-        False, False, True,
-    ),
-    (
-        "place_beacon", "Place a beacon", _PLACE_BEACON_INPUT, _obj({"beacon_id": _STRING}, ("beacon_id",)),
-        False, False, False,
-    ),
-    (
-        "list_beacons", "List my beacons", _obj({}, closed=True),
-        _obj({"beacons": {"type": "array", "items": _BEACON}}, ("beacons",)), True, False, True,
-    ),
-    (
-        "inbox", "Read my inbox", _INBOX_INPUT,
-        _obj({"diffs": {"type": "array", "items": _DIFF}, "next_since": _MS}, ("diffs", "next_since")),
-        True, False, True,
-    ),
-    ("get_scene", "Get a scene", _GET_SCENE_INPUT, _SCENE, True, False, True),
-    (
-        "list_scenes", "List scenes", _LIST_SCENES_INPUT,
-        _obj(
-            {"scenes": {"type": "array", "items": _SCENE}, "next_cursor": _nullable(_STRING)},
-            ("scenes", "next_cursor"),
-        ),
-        True, False, True,
-    ),
-    (
-        "pull_inbox", "Pull my inbox", _PULL_INBOX_INPUT,
-        _obj(
-            {"diffs": {"type": "array", "items": _DIFF}, "cursor": _INT, "remaining": {"type": "integer", "minimum": 0}},
-            ("diffs", "cursor", "remaining"),
-        ),
-        False, False, False,
-    ),
+_DIFFS = {"type": "array", "items": _DIFF}
+_OUT_STORE = _obj({"node_id": _STRING}, ("node_id",))
+_OUT_START_SESSION = _obj({"session_id": _STRING, "scene_id": _STRING}, ("session_id", "scene_id"))
+_OUT_END_SESSION = _obj(
+    {"session_id": _STRING, "ended_at": _MS, "cell_count": _INT}, ("session_id", "ended_at", "cell_count")
 )
+_OUT_PLACE_BEACON = _obj({"beacon_id": _STRING}, ("beacon_id",))
+_OUT_LIST_BEACONS = _obj({"beacons": {"type": "array", "items": _BEACON}}, ("beacons",))
+_OUT_INBOX = _obj({"diffs": _DIFFS, "next_since": _MS}, ("diffs", "next_since"))
+_OUT_LIST_SCENES = _obj(
+    {"scenes": {"type": "array", "items": _SCENE_IN_LIST}, "next_cursor": _nullable(_STRING)},
+    ("scenes", "next_cursor"),
+)
+_OUT_PULL_INBOX = _obj(
+    {"diffs": _DIFFS, "cursor": _INT, "remaining": {"type": "integer", "minimum": 0}},
+    ("diffs", "cursor", "remaining"),
+)
+
+# The roster, in seed 000's order, with DESIGN §7's hints:
+#  name             title                      inputSchema           outputSchema        readOnly destr. idempotent
+_TABLE: tuple[tuple[str, str, dict[str, Any], dict[str, Any], bool, bool, bool], ...] = (
+    ("store",         "Store a memory",          _STORE_INPUT,         _OUT_STORE,         False, False, False),
+    ("recall",        "Recall similar memories", _RECALL_INPUT,        _HITS,              True,  False, True),
+    ("query",         "Query a memory layer",    _QUERY_INPUT,         _HITS,              True,  False, True),
+    ("start_session", "Start a session",         _START_SESSION_INPUT, _OUT_START_SESSION, False, False, False),
+    ("end_session",   "End a session",           _END_SESSION_INPUT,   _OUT_END_SESSION,   False, False, True),
+    ("place_beacon",  "Place a beacon",          _PLACE_BEACON_INPUT,  _OUT_PLACE_BEACON,  False, False, False),
+    ("list_beacons",  "List my beacons",         _NO_INPUT,            _OUT_LIST_BEACONS,  True,  False, True),
+    ("inbox",         "Read my inbox",           _INBOX_INPUT,         _OUT_INBOX,         True,  False, True),
+    ("get_scene",     "Get a scene",             _GET_SCENE_INPUT,     _SCENE,             True,  False, True),
+    ("list_scenes",   "List scenes",             _LIST_SCENES_INPUT,   _OUT_LIST_SCENES,   True,  False, True),
+    ("pull_inbox",    "Pull my inbox",           _PULL_INBOX_INPUT,    _OUT_PULL_INBOX,    False, False, False),
+)  # fmt: skip
 
 _DESCRIPTIONS = {
     "store": (

@@ -27,6 +27,7 @@ class CellCatalog:
         self._tenant = np.full(capacity, -1, dtype=np.int32)
         self._project = np.zeros(capacity, dtype=np.int32)
         self._type = np.zeros(capacity, dtype=np.int8)
+        self._agent = np.full(capacity, -1, dtype=np.int32)
         self._alive = np.zeros(capacity, dtype=bool)
         self._node_ids: dict[int, str] = {}
 
@@ -41,22 +42,32 @@ class CellCatalog:
         if rowid < size:
             return
         new_size = max(size * 2, rowid + 1)
-        for name, fill in (("_tenant", -1), ("_project", 0), ("_type", 0), ("_alive", False)):
+        for name, fill in (("_tenant", -1), ("_project", 0), ("_type", 0), ("_agent", -1), ("_alive", False)):
             old = getattr(self, name)
             grown = np.full(new_size, fill, dtype=old.dtype)
             grown[:size] = old
             setattr(self, name, grown)
 
-    def add(self, rowid: int, node_id: str, tenant_id: str, project: str | None, cell_type: str, alive: bool = True) -> None:
+    def add(
+        self,
+        rowid: int,
+        node_id: str,
+        tenant_id: str,
+        project: str | None,
+        cell_type: str,
+        source_agent: str,
+        alive: bool = True,
+    ) -> None:
         with self._lock:
             self._grow(rowid)
             self._tenant[rowid] = self._code(tenant_id)
+            self._agent[rowid] = self._code(source_agent)
             self._project[rowid] = self._code(project)
             self._type[rowid] = _TYPE_CODE[cell_type]
             self._alive[rowid] = alive
             self._node_ids[rowid] = node_id
 
-    def add_many(self, rows: Iterable[tuple[int, str, str, str | None, str, bool]]) -> None:
+    def add_many(self, rows: Iterable[tuple[int, str, str, str | None, str, str, bool]]) -> None:
         for row in rows:
             self.add(*row)
 
@@ -67,6 +78,17 @@ class CellCatalog:
 
     def node_id(self, rowid: int) -> str:
         return self._node_ids[rowid]
+
+    def same_tenant_other_agent(self, a: int, b: int) -> bool:
+        """Do two cells share a tenant but not an author? (reinforcement by a near-duplicate)"""
+        size = len(self._alive)
+        return (
+            a < size
+            and b < size
+            and self._alive[b]
+            and self._tenant[a] == self._tenant[b]
+            and self._agent[a] != self._agent[b]
+        )
 
     def mask_for(
         self,

@@ -6,11 +6,19 @@ the newer members (their vectors are read from SQLite: nothing is re-embedded). 
 a file is missing, corrupt or stale, that layer is rebuilt from SQLite and the reason
 is logged. Cells stored in another embedding space stay out of the indexes until the
 node is re-indexed: one index never mixes fingerprints.
+
+Inserting into HNSW costs far more than a durable SQLite write, so the two are
+decoupled: a committed row joins a small *fresh* buffer at once (searched exactly, so
+a writer reads its own write) and an indexer thread moves the buffer into HNSW in
+batches, on every core. The same pass looks for near-duplicates of the new rows (the
+energy model's reinforcement) with one batched query. The buffer is bounded: when the
+indexer falls behind, commits wait for it rather than let memory grow.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,11 +34,60 @@ __all__ = ["LayerSet"]
 log = logging.getLogger("hyphae.layers")
 
 Progress = Callable[[str, int, int], None]
+NearDuplicates = Callable[[list[tuple[int, int, float]]], None]
 _CHUNK = 20_000
+_INDEX_BATCH = 2048
+_FRESH_LIMIT = 16_384
+
+
+class _Fresh:
+    """Committed rows of one layer that HNSW does not hold yet, oldest first."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.seqs: list[int] = []
+        self.rowids: list[int] = []
+        self.vectors: list[np.ndarray] = []
+        self._matrix: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.rowids)
+
+    def append(self, seq: int, rowid: int, vector: np.ndarray) -> None:
+        self.seqs.append(seq)
+        self.rowids.append(rowid)
+        self.vectors.append(vector)
+        self._matrix = None
+
+    def drop_front(self, count: int) -> None:
+        del self.seqs[:count], self.rowids[:count], self.vectors[:count]
+        self._matrix = None
+
+    def search(self, vector: np.ndarray, k: int, allowed) -> list[tuple[int, float]]:
+        if not self.rowids:
+            return []
+        if self._matrix is None:
+            self._matrix = np.stack(self.vectors)
+        labels = np.asarray(self.rowids, dtype=np.int64)
+        distances = 1.0 - self._matrix @ vector
+        if allowed is not None:
+            keep = allowed(labels)
+            labels, distances = labels[keep], distances[keep]
+        order = np.argsort(distances, kind="stable")[:k]
+        return [(int(labels[i]), float(distances[i])) for i in order]
 
 
 class LayerSet:
-    def __init__(self, db: Database, index_dir: Path, dim: int, space: str) -> None:
+    def __init__(
+        self,
+        db: Database,
+        index_dir: Path,
+        dim: int,
+        space: str,
+        *,
+        near_duplicate_cos: float = 0.95,
+        on_near_duplicates: NearDuplicates | None = None,
+    ) -> None:
         self.db = db
         self.dim = dim
         self.space = space
@@ -39,6 +96,13 @@ class LayerSet:
         self.index_dir = index_dir
         self.indexes = {layer: self._fresh(layer) for layer in LAYERS}
         self.open_report: dict[str, str] = {}
+        self._near_cos = near_duplicate_cos
+        self._on_near_duplicates = on_near_duplicates
+        self._fresh = {layer: _Fresh(dim) for layer in LAYERS}
+        self._cond = threading.Condition()
+        self._closing = False
+        self._indexer: threading.Thread | None = None
+        self.indexer_errors = 0
 
     def _fresh(self, layer: str) -> LayerIndex:
         return LayerIndex(self.index_dir, layer, self.dim, self.space)
@@ -47,9 +111,9 @@ class LayerSet:
         """Load the catalogue and each index, catching up or rebuilding. Blocking."""
         conn = self.db.reader()
         rows = conn.execute(
-            "SELECT rowid, node_id, tenant_id, project, cell_type, forgotten_at IS NULL FROM cells"
+            "SELECT rowid, node_id, tenant_id, project, cell_type, source_agent, forgotten_at IS NULL FROM cells"
         )
-        self.catalog.add_many((r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows)
+        self.catalog.add_many((*r[:6], bool(r[6])) for r in rows)
         for layer, index in self.indexes.items():
             outcome = index.load()
             if not outcome.loaded and outcome.reason != "missing":
@@ -98,10 +162,96 @@ class LayerSet:
         index.covered_seq = max(index.covered_seq, last_seq)
         return added
 
-    # -- called after commit, from the writer thread ------------------------------
+    # -- the fresh buffer and the indexer thread -----------------------------------
+
+    def set_near_duplicate_handler(self, handler: NearDuplicates) -> None:
+        self._on_near_duplicates = handler
+
+    def start_indexer(self) -> None:
+        self._indexer = threading.Thread(target=self._index_loop, name="hyphae-indexer", daemon=True)
+        self._indexer.start()
 
     def add(self, layer: str, seq: int, rowid: int, vector: np.ndarray) -> None:
-        self.indexes[layer].add(np.array([rowid], dtype=np.int64), vector.reshape(1, -1), covered_seq=seq)
+        """A committed row joins the layer (called after commit, from the writer thread)."""
+        with self._cond:
+            while sum(map(len, self._fresh.values())) >= _FRESH_LIMIT and self._indexer_alive():
+                self._cond.wait(0.5)  # backpressure: the indexer is behind
+            self._fresh[layer].append(seq, rowid, vector)
+            self._cond.notify_all()
+
+    def _indexer_alive(self) -> bool:
+        return self._indexer is not None and self._indexer.is_alive() and not self._closing
+
+    def flush(self) -> None:
+        """Wait until every committed row is in HNSW (or index it here if no indexer runs)."""
+        if not self._indexer_alive():
+            while self._index_some():
+                pass
+            return
+        with self._cond:
+            while any(len(f) for f in self._fresh.values()):
+                self._cond.wait(0.5)
+
+    def _index_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closing and not any(len(f) for f in self._fresh.values()):
+                    self._cond.wait()
+                if self._closing and not any(len(f) for f in self._fresh.values()):
+                    return
+            try:
+                self._index_some()
+            except Exception:  # keep serving from the fresh buffer; the DB has the rows
+                self.indexer_errors += 1
+                log.exception("indexing failed; the rows stay searchable and are retried")
+                with self._cond:
+                    self._cond.wait(1.0)
+
+    def _index_some(self) -> bool:
+        """Move one batch per layer from the fresh buffer into HNSW; False when there was none."""
+        moved = False
+        for layer, fresh in self._fresh.items():
+            with self._cond:
+                count = min(len(fresh), _INDEX_BATCH)
+                if not count:
+                    continue
+                seqs, rowids = fresh.seqs[:count], fresh.rowids[:count]
+                vectors = np.stack(fresh.vectors[:count])
+            labels = np.asarray(rowids, dtype=np.int64)
+            index = self.indexes[layer]
+            if layer == "L0" and self._on_near_duplicates is not None:
+                self._find_near_duplicates(index, labels, vectors)
+            index.add(labels, vectors, covered_seq=max(seqs))
+            with self._cond:
+                fresh.drop_front(count)
+                self._cond.notify_all()
+            moved = True
+        return moved
+
+    def _find_near_duplicates(self, index: LayerIndex, labels: np.ndarray, vectors: np.ndarray) -> None:
+        """Pairs (new, earlier, cos) with cos ≥ the threshold, against HNSW and within the batch."""
+        pairs: list[tuple[int, int, float]] = []
+        if len(index):
+            for label, vector in zip(labels.tolist(), vectors):
+                for other, distance in index.search(vector, 3):
+                    if 1.0 - distance >= self._near_cos:
+                        pairs.append((label, other, 1.0 - distance))
+        if len(labels) > 1:
+            similar = np.triu(vectors @ vectors.T, k=1) >= self._near_cos
+            for i, j in zip(*np.nonzero(similar)):
+                pairs.append((int(labels[j]), int(labels[i]), float(vectors[i] @ vectors[j])))
+        if pairs:
+            self._on_near_duplicates(pairs)
+
+    def close(self) -> None:
+        """Index what is left, stop the indexer, save. Blocking."""
+        self.flush()
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._indexer is not None:
+            self._indexer.join()
+        self.save()
 
     def remove(self, rowid: int) -> None:
         self.catalog.kill(rowid)
@@ -111,7 +261,18 @@ class LayerSet:
     # -- reads --------------------------------------------------------------------
 
     def search(self, layer: str, vector: np.ndarray, k: int, allowed) -> list[tuple[int, float]]:
-        return self.indexes[layer].search(vector, k, allowed=allowed)
+        """Nearest allowed rows: HNSW merged with the fresh buffer, so writes are read at once."""
+        hits = self.indexes[layer].search(vector, k, allowed=allowed)
+        fresh = self._fresh[layer]
+        if len(fresh):
+            with self._cond:
+                recent = fresh.search(vector, k, allowed)
+            if recent:
+                best = dict(hits)
+                for label, distance in recent:
+                    best[label] = min(distance, best.get(label, distance))
+                hits = sorted(best.items(), key=lambda item: item[1])[:k]
+        return hits
 
     def save(self, min_dirty: int = 1) -> None:
         """Persist every index with at least ``min_dirty`` unsaved changes. Blocking."""
@@ -120,5 +281,8 @@ class LayerSet:
                 index.save()
 
     def sizes(self) -> dict[str, int]:
-        return {layer: len(index) for layer, index in self.indexes.items()}
+        return {layer: len(index) + len(self._fresh[layer]) for layer, index in self.indexes.items()}
+
+    def backlog(self) -> int:
+        return sum(map(len, self._fresh.values()))
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import random
 import time
 import uuid
 from collections import OrderedDict
@@ -30,7 +32,7 @@ from .config import NodeConfig
 from .database import Database, Transaction
 from .delivery import Beacon, BeaconBook, CellFacts
 from .embedding import Embedder, load_embedder
-from .errors import Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated
+from .errors import Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from .layers import LayerSet
 from .principals import Principal, hash_api_key, new_api_key
 from .scenes import consolidate, encode_cursor, decode_cursor, scene_row_to_dict, SCENE_COLUMNS
@@ -55,6 +57,15 @@ _CELL_COLUMNS = (
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+_ids = random.Random(int.from_bytes(os.urandom(16), "big"))
+
+
+def new_id() -> str:
+    """A random (version 4) UUID. Ids are names, not secrets: a seeded PRNG is enough,
+    and os.urandom per id costs more than the rest of a store on some VMs."""
+    return str(uuid.UUID(int=_ids.getrandbits(128), version=4))
 
 
 class MemoryService:
@@ -98,9 +109,13 @@ class MemoryService:
         db = await trio.to_thread.run_sync(
             lambda: Database(config.db_path, group_commit_window=config.group_commit_ms / 1000)
         )
-        layers = LayerSet(db, config.index_dir, embedder.dim, embedder.space)
+        layers = LayerSet(
+            db, config.index_dir, embedder.dim, embedder.space, near_duplicate_cos=config.energy.near_duplicate_cos
+        )
         await trio.to_thread.run_sync(layers.open, progress)
         service = cls(config, db, layers, embedder, identity, clock or wall_clock_ms)
+        layers.set_near_duplicate_handler(service._reinforce_near_duplicates)
+        layers.start_indexer()
         await trio.to_thread.run_sync(service._load_beacons)
         return service
 
@@ -108,8 +123,8 @@ class MemoryService:
         await trio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
-        self.db.close()
-        self.layers.save()
+        self.db.close()  # drains queued writes first
+        self.layers.close()  # indexes what is left and saves
 
     def _load_beacons(self) -> None:
         rows = self.db.query(
@@ -139,7 +154,7 @@ class MemoryService:
             raise InvalidArgument("agent name must be 1-64 letters, digits, '.', '_' or '-'", field="name")
         projects = sorted({v.check_text(p, "project") for p in projects or ()})
         api_key = new_api_key()
-        principal = Principal(self.config.tenant_id, str(uuid.uuid4()), name, tuple(projects))
+        principal = Principal(self.config.tenant_id, new_id(), name, tuple(projects))
         now = self.clock()
 
         def job(tx: Transaction) -> None:
@@ -236,7 +251,7 @@ class MemoryService:
         vector = (await self._embed([content]))[0]
         now = self.clock()
         cell = v.Cell(
-            node_id=str(uuid.uuid4()),
+            node_id=new_id(),
             tenant_id=principal.tenant_id,
             source_agent=principal.agent_id,
             origin_node=self.node_id,
@@ -253,9 +268,8 @@ class MemoryService:
             source_ref=source_ref,
             metadata=metadata,
         )
-        twin = self._near_duplicate(cell)
         node_id = await self.db.write(
-            lambda tx: self._ingest(tx, cell, idempotency=(principal.agent_id, idempotency_key), twin=twin)
+            lambda tx: self._ingest(tx, cell, idempotency=(principal.agent_id, idempotency_key))
         )
         return {"node_id": node_id}
 
@@ -290,25 +304,12 @@ class MemoryService:
             raise Forbidden(f"this key may not write to project {project!r}", field="project")
         return None, None, project
 
-    def _near_duplicate(self, cell: v.Cell) -> int | None:
-        """The rowid of a near-identical cell from another agent, which reinforces it."""
-        allowed = self.layers.catalog.mask_for(cell.tenant_id, None, None)
-        hits = self.layers.search("L0", cell.embedding, 1, allowed)
-        if not hits:
-            return None
-        rowid, distance = hits[0]
-        if 1.0 - distance < self.energy.near_duplicate_cos:
-            return None
-        row = self.db.query_one("SELECT source_agent FROM cells WHERE rowid = ?", (rowid,))
-        return rowid if row and row[0] != cell.source_agent else None
-
     def _ingest(
         self,
         tx: Transaction,
         cell: v.Cell,
         *,
         idempotency: tuple[str, str | None] = ("", None),
-        twin: int | None = None,
     ) -> str:
         """Write one cell with its layer memberships and inbox deliveries (writer thread).
 
@@ -321,7 +322,7 @@ class MemoryService:
                 return row[0]
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         layer = cell.layer
-        if layer == "L0" and (twin is not None or self.energy.promoted_on_arrival(e0)):
+        if layer == "L0" and self.energy.promoted_on_arrival(e0):
             layer = "L1"
         now = self.clock()
         rowid = tx.execute(
@@ -344,10 +345,10 @@ class MemoryService:
         layers = ["L2"] if layer == "L2" else ["L0", "L1"] if layer == "L1" else ["L0"]
         for name in layers:
             self._join_layer(tx, name, rowid, cell.embedding)
-        if twin is not None:
-            self._promote(tx, twin)
         tx.after_commit(
-            lambda: self.layers.catalog.add(rowid, cell.node_id, cell.tenant_id, cell.project, cell.cell_type)
+            lambda: self.layers.catalog.add(
+                rowid, cell.node_id, cell.tenant_id, cell.project, cell.cell_type, cell.source_agent
+            )
         )
         facts = CellFacts(
             cell.tenant_id, cell.source_agent, cell.cell_type, cell.salience, cell.project,
@@ -431,7 +432,20 @@ class MemoryService:
                 if hits >= self.energy.promote_recall_hits:
                     self._promote(tx, rowid)
 
-        self.db.submit(job)
+        self._submit_quietly(job)
+
+    def _reinforce_near_duplicates(self, pairs: list[tuple[int, int, float]]) -> None:
+        """A near-duplicate from another agent reinforces the earlier cell into L1 (indexer thread)."""
+        earlier = sorted({old for new, old, _ in pairs if self.layers.catalog.same_tenant_other_agent(new, old)})
+        if earlier:
+            self._submit_quietly(lambda tx: [self._promote(tx, rowid) for rowid in earlier])
+
+    def _submit_quietly(self, job: Callable[[Transaction], Any]) -> None:
+        """Bookkeeping writes nobody waits for; lost only if the node is shutting down."""
+        try:
+            self.db.submit(job)
+        except Unavailable:
+            log.info("skipped a bookkeeping write during shutdown")
 
     # -- cells --------------------------------------------------------------------
 
@@ -517,7 +531,7 @@ class MemoryService:
         title = None if title is None else v.check_text(title, "title", max_chars=500)
         if not principal.may_read_project(project):
             raise Forbidden(f"this key may not work in project {project!r}", field="project")
-        session_id, scene_id, now = str(uuid.uuid4()), str(uuid.uuid4()), self.clock()
+        session_id, scene_id, now = new_id(), new_id(), self.clock()
 
         def job(tx: Transaction) -> None:
             tx.execute(
@@ -621,7 +635,7 @@ class MemoryService:
         vector = (await self._embed([summary.content]))[0]
         now = self.clock()
         cell = v.Cell(
-            node_id=str(uuid.uuid4()),
+            node_id=new_id(),
             tenant_id=principal.tenant_id,
             source_agent=principal.agent_id,
             origin_node=self.node_id,
@@ -683,7 +697,7 @@ class MemoryService:
         vector = (await self._embed([query]))[0]
         now = self.clock()
         beacon = Beacon(
-            beacon_id=str(uuid.uuid4()),
+            beacon_id=new_id(),
             tenant_id=principal.tenant_id,
             agent_id=principal.agent_id,
             origin_node=self.node_id,

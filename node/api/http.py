@@ -102,13 +102,18 @@ async def send_bytes(send, status: int, body: bytes, content_type: bytes, header
 
 
 def is_loopback_origin(origin: str) -> bool:
-    """``http(s)://localhost``, ``127.0.0.0/8`` or ``[::1]``, any port."""
+    """``http(s)://localhost``, ``127.0.0.0/8`` or ``[::1]``, any port; nothing else."""
     try:
         parts = urlsplit(origin)
-        host = parts.hostname
+        parts.port  # raises ValueError on a malformed port
     except ValueError:
         return False
-    if parts.scheme not in ("http", "https") or not host:
+    if parts.scheme not in ("http", "https") or parts.username is not None or parts.query or parts.fragment:
+        return False
+    if parts.path not in ("", "/"):
+        return False
+    host = parts.hostname
+    if host is None:
         return False
     if host == "localhost":
         return True

@@ -199,13 +199,14 @@ class MiniLMEmbedder:
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         start = 0
         while start < len(order):
-            # Rows are sorted by length, so the last row of a bucket sets its width.
+            # Rows are sorted by length, so the last row of a bucket sets its width; a bucket closes
+            # when it is full or when the next row would more than double the padding of its first.
+            shortest = len(encoded[order[start]])
             rows = 1
-            while (
-                start + rows < len(order)
-                and rows < MAX_BATCH_ROWS
-                and (rows + 1) * len(encoded[order[start + rows]]) <= MAX_BATCH_TOKENS
-            ):
+            while start + rows < len(order) and rows < MAX_BATCH_ROWS:
+                width = len(encoded[order[start + rows]])
+                if (rows + 1) * width > MAX_BATCH_TOKENS or width > max(2 * shortest, shortest + 16):
+                    break
                 rows += 1
             bucket = order[start : start + rows]
             ids, mask = self.tokenizer.pad([encoded[i] for i in bucket])

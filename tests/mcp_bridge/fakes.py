@@ -196,7 +196,8 @@ class FakeService:
         limit = limit or 50
         page = scenes[start:start + limit]
         more = start + limit < len(scenes)
-        return {"scenes": [self._scene_view(s) for s in page], "next_cursor": str(start + limit) if more else None}
+        listed = [{k: v for k, v in self._scene_view(s).items() if k != "cell_ids"} for s in page]  # as node.service
+        return {"scenes": listed, "next_cursor": str(start + limit) if more else None}
 
     # -- beacons and inbox -----------------------------------------------------------
 

@@ -7,6 +7,7 @@ import logging
 
 import jsonschema
 import pytest
+import trio
 
 from mcp_bridge import Dispatcher, tools
 from mcp_bridge.dispatch import INSTRUCTIONS, SUPPORTED_PROTOCOL_VERSIONS
@@ -17,13 +18,13 @@ SCENE_ID = "6f9619ff-8b86-d011-b42d-00cf4fc964ff"
 
 
 @pytest.fixture
-def service() -> FakeService:
+def fake() -> FakeService:
     return FakeService()
 
 
 @pytest.fixture
-def dispatcher(service) -> Dispatcher:
-    return Dispatcher(service, server_version="1.2.3")
+def dispatcher(fake) -> Dispatcher:
+    return Dispatcher(fake, server_version="1.2.3")
 
 
 async def request(dispatcher, method, params=None, principal=ALICE, request_id=1):
@@ -82,9 +83,9 @@ async def test_initialize_declares_tools_server_info_and_instructions(dispatcher
         {"jsonrpc": "2.0", "id": 9, "result": {}},  # a client's reply: nothing waits for it
     ],
 )
-async def test_notifications_and_responses_are_never_answered(dispatcher, service, message) -> None:
+async def test_notifications_and_responses_are_never_answered(dispatcher, fake, message) -> None:
     assert await dispatcher.handle(message, ALICE) is None
-    assert service.calls == []
+    assert fake.calls == []
 
 
 async def test_ping_answers_an_empty_result(dispatcher) -> None:
@@ -130,7 +131,7 @@ async def test_a_successful_call_returns_the_seed_envelope(dispatcher) -> None:
     assert set(result["structuredContent"]) == {"node_id"}
 
 
-async def test_every_tool_answers_within_its_output_schema(dispatcher, service) -> None:
+async def test_every_tool_answers_within_its_output_schema(dispatcher, fake) -> None:
     """A story: Bob listens, Alice works, Bob catches up; every payload checked by jsonschema."""
     results = {}
     results["place_beacon"] = payload(await call(dispatcher, "place_beacon",
@@ -150,7 +151,7 @@ async def test_every_tool_answers_within_its_output_schema(dispatcher, service) 
     results["list_scenes"] = payload(await call(dispatcher, "list_scenes", {"project": "hyphae", "limit": 10}))
     results["pull_inbox"] = payload(await call(dispatcher, "pull_inbox", {"limit": 5}, principal=BOB))
 
-    assert list(results) != [] and set(results) == {d["name"] for d in tools.tool_descriptors()}
+    assert set(results) == {d["name"] for d in tools.tool_descriptors()}
     for descriptor in tools.tool_descriptors():
         jsonschema.validate(results[descriptor["name"]], descriptor["outputSchema"])
     assert results["recall"]["results"][0]["node_id"] == results["store"]["node_id"]
@@ -160,23 +161,23 @@ async def test_every_tool_answers_within_its_output_schema(dispatcher, service) 
     assert results["get_scene"]["cell_ids"] == [results["store"]["node_id"]]
 
 
-async def test_the_principal_comes_from_the_transport_and_arguments_reach_the_facade(dispatcher, service) -> None:
+async def test_the_principal_comes_from_the_transport_and_arguments_reach_the_facade(dispatcher, fake) -> None:
     await call(dispatcher, "recall", {"query": "q", "k": 3.0, "cell_types": ["Fact"]}, principal=BOB)
-    method, principal, arguments = service.calls[-1]
+    method, principal, arguments = fake.calls[-1]
     assert (method, principal) == ("recall", BOB)
     assert arguments == {"query": "q", "k": 3, "cell_types": ["Fact"], "project": None}
 
 
-async def test_absent_optional_arguments_are_left_to_the_facades_defaults(dispatcher, service) -> None:
+async def test_absent_optional_arguments_are_left_to_the_facades_defaults(dispatcher, fake) -> None:
     await call(dispatcher, "store", {"content": "x", "cell_type": "Fact"})
-    assert service.calls[-1][2]["salience"] == 0.5
+    assert fake.calls[-1][2]["salience"] == 0.5
 
 
-async def test_a_self_asserted_identity_is_refused_before_the_facade(dispatcher, service) -> None:
+async def test_a_self_asserted_identity_is_refused_before_the_facade(dispatcher, fake) -> None:
     response = await call(dispatcher, "store", {"content": "x", "cell_type": "Fact", "source_agent": "bob"})
     assert response["error"]["code"] == -32602
     assert response["error"]["message"] == "store: unknown argument 'source_agent' (identity comes from your API key)"
-    assert service.calls == []
+    assert fake.calls == []
 
 
 @pytest.mark.parametrize(
@@ -189,12 +190,12 @@ async def test_a_self_asserted_identity_is_refused_before_the_facade(dispatcher,
         ({"name": "recall", "arguments": {"query": "q", "k": 1000}}, "recall: argument 'k'"),
     ],
 )
-async def test_unknown_tools_and_bad_arguments_are_invalid_params(dispatcher, service, params, fragment) -> None:
+async def test_unknown_tools_and_bad_arguments_are_invalid_params(dispatcher, fake, params, fragment) -> None:
     response = await request(dispatcher, "tools/call", params)
     assert response["error"]["code"] == -32602
     assert fragment in response["error"]["message"]
     assert response["error"]["data"]["reason"] == "invalid_argument"
-    assert service.calls == []
+    assert fake.calls == []
 
 
 # -- the error boundary ---------------------------------------------------------------
@@ -211,12 +212,12 @@ FACADE_ERRORS = [
 
 
 @pytest.mark.parametrize("exc, code, reason", FACADE_ERRORS)
-async def test_a_facade_error_becomes_a_json_rpc_error_with_a_stable_code(dispatcher, service, monkeypatch,
+async def test_a_facade_error_becomes_a_json_rpc_error_with_a_stable_code(dispatcher, fake, monkeypatch,
                                                                           exc, code, reason) -> None:
     async def failing(principal, **arguments):
         raise exc
 
-    monkeypatch.setattr(service, "get_scene", failing)
+    monkeypatch.setattr(fake, "get_scene", failing)
     response = await call(dispatcher, "get_scene", {"scene_id": SCENE_ID})
     assert "result" not in response  # never an isError block
     assert response["id"] == 1
@@ -234,12 +235,12 @@ async def test_the_fakes_own_errors_take_the_same_path(dispatcher) -> None:
     assert big["error"]["code"] == -32013 and big["error"]["data"]["limit"] == 65536
 
 
-async def test_an_unexpected_exception_is_an_internal_error_that_leaks_nothing(dispatcher, service, monkeypatch,
+async def test_an_unexpected_exception_is_an_internal_error_that_leaks_nothing(dispatcher, fake, monkeypatch,
                                                                                caplog) -> None:
     async def broken(principal, **arguments):
         raise RuntimeError("secret path /home/alice/.hyphae/hyphae.db is locked")
 
-    monkeypatch.setattr(service, "recall", broken)
+    monkeypatch.setattr(fake, "recall", broken)
     with caplog.at_level(logging.ERROR, logger="mcp_bridge.dispatch"):
         response = await call(dispatcher, "recall", {"query": "q"})
     assert response == {"jsonrpc": "2.0", "id": 1,
@@ -249,30 +250,74 @@ async def test_an_unexpected_exception_is_an_internal_error_that_leaks_nothing(d
     assert "secret path" in caplog.text  # logged, with its traceback, for the operator
 
 
-async def test_a_result_outside_the_output_schema_is_an_internal_error_and_is_logged(dispatcher, service,
+async def test_a_result_outside_the_output_schema_is_an_internal_error_and_is_logged(dispatcher, fake,
                                                                                       monkeypatch, caplog) -> None:
     async def drifted(principal, **arguments):
         return {"results": [{"node_id": "n", "distance": "close"}]}
 
-    monkeypatch.setattr(service, "recall", drifted)
+    monkeypatch.setattr(fake, "recall", drifted)
     with caplog.at_level(logging.ERROR, logger="mcp_bridge.dispatch"):
         response = await call(dispatcher, "recall", {"query": "q"})
     assert response["error"]["code"] == -32603
     assert "results[0].distance" in caplog.text
 
 
-async def test_a_non_dict_result_is_an_internal_error(dispatcher, service, monkeypatch) -> None:
+async def test_a_non_dict_result_is_an_internal_error(dispatcher, fake, monkeypatch) -> None:
     async def wrong(principal, **arguments):
         return ["n1"]
 
-    monkeypatch.setattr(service, "recall", wrong)
+    monkeypatch.setattr(fake, "recall", wrong)
     assert (await call(dispatcher, "recall", {"query": "q"}))["error"]["code"] == -32603
 
 
-async def test_bind_serves_bytes_for_one_principal(dispatcher, service) -> None:
+async def test_bind_serves_bytes_for_one_principal(dispatcher, fake) -> None:
     handle = dispatcher.bind(BOB)
     line = await handle(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_beacons"}}')
     assert b"\n" not in line
     assert json.loads(line)["result"]["structuredContent"] == {"beacons": []}
-    assert service.calls[-1][1] == BOB
+    assert fake.calls[-1][1] == BOB
     assert await handle(b'{"jsonrpc":"2.0","method":"notifications/initialized"}') is None
+
+
+# -- against the real facade ------------------------------------------------------------
+
+
+async def test_the_real_facades_payloads_fit_every_output_schema(service, make_agent) -> None:
+    """The same story through node.service (tests/conftest.py): contract drift shows up here."""
+    dispatcher = Dispatcher(service, server_version="0")
+    alice, _ = await make_agent("mcp-alice")
+    bob, _ = await make_agent("mcp-bob")
+
+    async def ok(name, arguments=None, principal=alice):
+        with trio.fail_after(20):
+            return payload(await call(dispatcher, name, arguments, principal))
+
+    results = {"place_beacon": await ok("place_beacon", {"query": "storage backend", "threshold": 0.0,
+                                                         "ttl_seconds": 600}, bob)}
+    results["start_session"] = session = await ok("start_session", {"project": "hyphae", "title": "storage"})
+    results["store"] = await ok("store", {"content": "The storage backend is SQLite with WAL.",
+                                          "cell_type": "Decision", "salience": 0.9,
+                                          "source_ref": {"kind": "file", "locator": "DESIGN.md:14"},
+                                          "metadata": {"pr": 12}, "idempotency_key": "mcp-1"})
+    results["recall"] = await ok("recall", {"query": "storage backend", "k": 5})
+    results["query"] = await ok("query", {"query": "storage backend", "layer": "L1"})
+    results["end_session"] = await ok("end_session", {"session_id": session["session_id"]})
+    results["list_beacons"] = await ok("list_beacons", None, bob)
+    with trio.fail_after(20):
+        while not (await ok("inbox", {"since": 0}, bob))["diffs"]:  # delivery may be asynchronous
+            await trio.sleep(0.01)
+    results["inbox"] = await ok("inbox", {"since": "1970-01-01T00:00:00Z", "limit": 10}, bob)
+    results["get_scene"] = await ok("get_scene", {"scene_id": session["scene_id"]})
+    results["list_scenes"] = await ok("list_scenes", {"project": "hyphae", "limit": 10})
+    results["pull_inbox"] = await ok("pull_inbox", {"limit": 10}, bob)
+
+    for descriptor in tools.tool_descriptors():
+        jsonschema.validate(results[descriptor["name"]], descriptor["outputSchema"])
+    assert results["inbox"]["diffs"][0]["source_agent"] == alice.agent_id
+    assert results["get_scene"]["cell_ids"] == [results["store"]["node_id"]]
+
+    replay = await call(dispatcher, "store", {"content": "something else", "cell_type": "Fact",
+                                              "idempotency_key": "mcp-1"}, alice)
+    assert payload(replay) == results["store"]
+    missing = await call(dispatcher, "get_scene", {"scene_id": "6f9619ff-8b86-d011-b42d-00cf4fc964ff"}, alice)
+    assert missing["error"]["code"] == -32004 and missing["error"]["data"]["reason"] == "not_found"

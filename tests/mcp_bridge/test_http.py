@@ -69,7 +69,7 @@ async def test_tools_call_over_http_reaches_the_facade_as_the_keys_principal(app
     assert service.calls[-1][:2] == ("store", BOB)
 
 
-async def test_every_request_is_authenticated_on_its_own(app, service, monkeypatch) -> None:
+async def test_every_request_is_authenticated_on_its_own(service) -> None:
     seen = []
     authenticate = service.authenticate
 
@@ -89,8 +89,9 @@ async def test_every_request_is_authenticated_on_its_own(app, service, monkeypat
 async def test_method_errors_travel_as_200_json_rpc_errors(app) -> None:
     result = await post(app, b'{"jsonrpc":"2.0","id":2,"method":"server/discover"}')
     assert result.status == 200 and result.json()["error"]["code"] == -32601
+    arguments = {"scene_id": "6f9619ff-8b86-d011-b42d-00cf4fc964ff"}
     bad = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                      "params": {"name": "get_scene", "arguments": {"scene_id": "6f9619ff-8b86-d011-b42d-00cf4fc964ff"}}})
+                      "params": {"name": "get_scene", "arguments": arguments}})
     result = await post(app, bad.encode())
     assert result.status == 200 and result.json()["error"]["data"]["reason"] == "not_found"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_bridge import jsonrpc
@@ -143,7 +143,9 @@ def test_encode_refuses_nan_rather_than_write_invalid_json() -> None:
 def test_failure_carries_code_message_and_data() -> None:
     error = jsonrpc.JsonRpcError(-32004, "no such scene", {"reason": "not_found"})
     assert jsonrpc.failure("a", error) == {
-        "jsonrpc": "2.0", "id": "a", "error": {"code": -32004, "message": "no such scene", "data": {"reason": "not_found"}},
+        "jsonrpc": "2.0",
+        "id": "a",
+        "error": {"code": -32004, "message": "no such scene", "data": {"reason": "not_found"}},
     }
     assert "data" not in jsonrpc.JsonRpcError(-32601, "x").to_dict()
 
@@ -153,10 +155,11 @@ def test_failure_carries_code_message_and_data() -> None:
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=20,
+    max_leaves=10,
 )
 
 
+@settings(max_examples=40, deadline=None)
 @given(st.binary(max_size=200))
 def test_parse_never_raises_on_any_bytes(data: bytes) -> None:
     assert isinstance(
@@ -164,6 +167,7 @@ def test_parse_never_raises_on_any_bytes(data: bytes) -> None:
     )
 
 
+@settings(max_examples=40, deadline=None)
 @given(json_values)
 def test_parse_never_raises_on_any_json_value(value) -> None:
     event = jsonrpc.parse(json.dumps(value))
@@ -172,6 +176,7 @@ def test_parse_never_raises_on_any_json_value(value) -> None:
         jsonrpc.encode(event.response())
 
 
+@settings(max_examples=40, deadline=None)
 @given(
     st.one_of(st.text(), st.integers()),
     st.text(min_size=1),

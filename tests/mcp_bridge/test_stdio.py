@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -362,7 +361,3 @@ async def test_stdio_through_the_relay_to_the_daemons_app() -> None:
     assert by_id[2]["result"]["structuredContent"]["node_id"]
     assert by_id[3]["error"]["code"] == -32602
     assert [(method, principal) for method, principal, _ in service.calls] == [("store", ALICE)]
-
-
-def test_the_child_script_runs_from_the_repository_root() -> None:
-    assert (ROOT / "mcp_bridge" / "stdio.py").exists() and os.path.isdir(ROOT / "tests")
