@@ -12,6 +12,7 @@ and is reported for honesty. Queries are held out from the same distribution.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import pathlib
 import platform
@@ -103,6 +104,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def rss_bytes() -> int:
+    # Hand memory freed by an earlier run back to the OS first, or the allocator reuses it and the
+    # next run's delta reads as zero (glibc).
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/status") as fh:
         for line in fh:
             if line.startswith("VmRSS:"):

@@ -76,6 +76,11 @@ class CellCatalog:
             if rowid < len(self._alive):
                 self._alive[rowid] = False
 
+    def alive(self, rowids: np.ndarray) -> np.ndarray:
+        rowids = np.asarray(rowids, dtype=np.int64)
+        inside = rowids < len(self._alive)
+        return inside & self._alive[np.where(inside, rowids, 0)]
+
     def node_id(self, rowid: int) -> str:
         return self._node_ids[rowid]
 

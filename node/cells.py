@@ -74,10 +74,18 @@ class Cell:
     forgotten_at: int | None = None
 
 
+def utf8_size(value: str, field: str) -> int:
+    """Bytes as UTF-8; lone surrogates (not text) are refused, not crashed on."""
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"'{field}' is not valid Unicode text (lone surrogate)", field=field) from None
+
+
 def check_content(value: Any, field: str = "content") -> str:
     if not isinstance(value, str):
         raise InvalidArgument(f"'{field}' must be a string", field=field)
-    size = len(value.encode("utf-8"))
+    size = utf8_size(value, field)
     if size == 0:
         raise InvalidArgument(f"'{field}' must not be empty", field=field)
     if size > MAX_CONTENT_BYTES:
@@ -141,6 +149,7 @@ def check_source_ref(value: Any) -> dict[str, str] | None:
         item = value[key]
         if not isinstance(item, str) or not item:
             raise InvalidArgument(f"'source_ref.{key}' must be a non-empty string", field=field)
+        utf8_size(item, "source_ref")
         if len(item) > 2048:
             raise TooLarge(f"'source_ref.{key}' is longer than 2048 characters", field=field)
     return {"kind": value["kind"], "locator": value["locator"]}
@@ -155,7 +164,7 @@ def check_metadata(value: Any) -> dict[str, Any]:
         encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"'metadata' is not plain JSON: {exc}", field="metadata") from None
-    size = len(encoded.encode("utf-8"))
+    size = utf8_size(encoded, "metadata")
     if size > MAX_METADATA_BYTES:
         raise TooLarge(
             f"'metadata' is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES} bytes (16 KiB)",
@@ -170,6 +179,7 @@ def check_idempotency_key(value: Any) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise InvalidArgument("'idempotency_key' must be a non-empty string", field="idempotency_key")
+    utf8_size(value, "idempotency_key")
     if len(value) > MAX_IDEMPOTENCY_KEY:
         raise TooLarge(
             f"'idempotency_key' has {len(value)} characters; the limit is {MAX_IDEMPOTENCY_KEY}",
@@ -183,6 +193,7 @@ def check_text(value: Any, field: str, *, max_chars: int = MAX_NAME_CHARS) -> st
         raise InvalidArgument(f"'{field}' must be a non-empty string", field=field)
     if len(value) > max_chars:
         raise TooLarge(f"'{field}' is longer than {max_chars} characters", field=field)
+    utf8_size(value, field)
     return value
 
 

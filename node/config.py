@@ -25,7 +25,7 @@ CONFIG_NAME = "config.toml"
 DEFAULT_API = "127.0.0.1:7777"
 DEFAULT_MESH = "0.0.0.0:7979"
 # Calibrated on benchmarks/data/beacon_pairs.json with the built-in embedder.
-DEFAULT_BEACON_THRESHOLD = 0.35
+DEFAULT_BEACON_THRESHOLD = 0.28
 
 _SECTIONS = {"node", "api", "mesh", "embedder", "energy", "beacons", "storage"}
 
@@ -139,20 +139,29 @@ def load_config(home: Path) -> NodeConfig:
         energy = EnergyModel.from_config(data.get("energy"))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: {exc}") from exc
-    threshold = float(beacons.get("default_threshold", DEFAULT_BEACON_THRESHOLD))
+    threshold = _number(beacons, "default_threshold", DEFAULT_BEACON_THRESHOLD, path, "beacons")
     if not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"{path}: [beacons] default_threshold must be between 0 and 1")
+    group_commit_ms = _number(storage, "group_commit_ms", 2.0, path, "storage")
+    if not 0.0 <= group_commit_ms <= 100.0:
+        raise ConfigError(f"{path}: [storage] group_commit_ms must be between 0 and 100")
+    peers = mesh.get("peers", [])
+    if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+        raise ConfigError(f"{path}: [mesh] peers must be a list of \"host:port\" strings")
+    for name, table, key in (("api", api, "listen"), ("mesh", mesh, "listen"), ("node", node, "tenant_id"), ("node", node, "name")):
+        if key in table and not isinstance(table[key], str):
+            raise ConfigError(f"{path}: [{name}] {key} must be a string")
     return NodeConfig(
         home=home,
         tenant_id=str(node["tenant_id"]),
         node_name=str(node.get("name", socket.gethostname())),
         api_listen=str(api.get("listen", DEFAULT_API)),
         mesh_listen=str(mesh.get("listen", DEFAULT_MESH)),
-        peers=tuple(str(p) for p in mesh.get("peers", ())),
+        peers=tuple(peers),
         embedder=dict(data.get("embedder", {})),
         energy=energy,
         default_beacon_threshold=threshold,
-        group_commit_ms=float(storage.get("group_commit_ms", 2.0)),
+        group_commit_ms=group_commit_ms,
     )
 
 
@@ -164,6 +173,13 @@ def _table(data: dict[str, Any], name: str, allowed: set[str], path: Path) -> di
     if unknown:
         raise ConfigError(f"{path}: unknown keys in [{name}]: {', '.join(unknown)}")
     return table
+
+
+def _number(table: dict[str, Any], key: str, default: float, path: Path, section: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{path}: [{section}] {key} must be a number, not {value!r}")
+    return float(value)
 
 
 def _toml_escape(text: str) -> str:

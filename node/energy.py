@@ -87,8 +87,20 @@ class EnergyModel:
         if unknown:
             raise ValueError(f"unknown [energy] settings: {', '.join(unknown)}")
         values = dict(table)
+        for field in dataclasses.fields(cls):
+            if field.name in values and field.name not in ("type_weights", "half_life_days"):
+                value = values[field.name]
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError(f"[energy] {field.name} must be a number, not {value!r}")
+                if value < 0:
+                    raise ValueError(f"[energy] {field.name} must not be negative")
+                values[field.name] = int(value) if field.type in (int, "int") else float(value)
         for name in ("type_weights", "half_life_days"):
             if name in values:
+                if not isinstance(values[name], Mapping):
+                    raise ValueError(f"[energy.{name}] must be a table of cell type = number")
+                if any(isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0 for x in values[name].values()):
+                    raise ValueError(f"[energy.{name}] values must be positive numbers")
                 merged = dict(getattr(cls(), name))
                 bad = sorted(set(values[name]) - set(CELL_TYPES))
                 if bad:

@@ -63,6 +63,14 @@ class _Fresh:
         del self.seqs[:count], self.rowids[:count], self.vectors[:count]
         self._matrix = None
 
+    def discard(self, rowid: int) -> None:
+        """Forget a row's vector before it ever reaches HNSW (its seq stays, for the watermark)."""
+        for i, candidate in enumerate(self.rowids):
+            if candidate == rowid:
+                self.vectors[i] = np.zeros(self.dim, dtype=np.float32)
+                self.rowids[i] = -1
+                self._matrix = None
+
     def search(self, vector: np.ndarray, k: int, allowed) -> list[tuple[int, float]]:
         if not self.rowids:
             return []
@@ -70,9 +78,10 @@ class _Fresh:
             self._matrix = np.stack(self.vectors)
         labels = np.asarray(self.rowids, dtype=np.int64)
         distances = 1.0 - self._matrix @ vector
+        keep = labels >= 0
         if allowed is not None:
-            keep = allowed(labels)
-            labels, distances = labels[keep], distances[keep]
+            keep &= allowed(np.where(keep, labels, 0))
+        labels, distances = labels[keep], distances[keep]
         order = np.argsort(distances, kind="stable")[:k]
         return [(int(labels[i]), float(distances[i])) for i in order]
 
@@ -94,7 +103,7 @@ class LayerSet:
         self.catalog = CellCatalog()
         index_dir.mkdir(parents=True, exist_ok=True)
         self.index_dir = index_dir
-        self.indexes = {layer: self._fresh(layer) for layer in LAYERS}
+        self.indexes = {layer: self._new_index(layer) for layer in LAYERS}
         self.open_report: dict[str, str] = {}
         self._near_cos = near_duplicate_cos
         self._on_near_duplicates = on_near_duplicates
@@ -104,7 +113,7 @@ class LayerSet:
         self._indexer: threading.Thread | None = None
         self.indexer_errors = 0
 
-    def _fresh(self, layer: str) -> LayerIndex:
+    def _new_index(self, layer: str) -> LayerIndex:
         return LayerIndex(self.index_dir, layer, self.dim, self.space)
 
     def open(self, progress: Progress | None = None) -> dict[str, str]:
@@ -133,7 +142,7 @@ class LayerSet:
         if last_seq < index.covered_seq:
             # The files cover members this database never had: not ours.
             log.warning("the %s index is ahead of the database; rebuilding", layer)
-            index = self.indexes[layer] = self._fresh(layer)
+            index = self.indexes[layer] = self._new_index(layer)
         start = index.covered_seq
         (total,) = conn.execute(
             "SELECT COUNT(*) FROM layer_members WHERE layer = ? AND seq > ?", (layer, start)
@@ -218,13 +227,22 @@ class LayerSet:
                 seqs, rowids = fresh.seqs[:count], fresh.rowids[:count]
                 vectors = np.stack(fresh.vectors[:count])
             labels = np.asarray(rowids, dtype=np.int64)
+            live = (labels >= 0) & self.catalog.alive(np.maximum(labels, 0))
+            labels, vectors = labels[live], vectors[live]
             index = self.indexes[layer]
-            if layer == "L0" and self._on_near_duplicates is not None:
+            if layer == "L0" and self._on_near_duplicates is not None and len(labels):
                 self._find_near_duplicates(index, labels, vectors)
-            index.add(labels, vectors, covered_seq=max(seqs))
+            if len(labels):
+                index.add(labels, vectors, covered_seq=max(seqs))
+            else:
+                index.covered_seq = max(index.covered_seq, max(seqs))
             with self._cond:
                 fresh.drop_front(count)
                 self._cond.notify_all()
+            # A forget that landed while this batch was being inserted: take it out again.
+            died = labels[~self.catalog.alive(labels)] if len(labels) else labels
+            if len(died):
+                index.remove(died)
             moved = True
         return moved
 
@@ -255,6 +273,9 @@ class LayerSet:
 
     def remove(self, rowid: int) -> None:
         self.catalog.kill(rowid)
+        with self._cond:
+            for fresh in self._fresh.values():
+                fresh.discard(rowid)
         for index in self.indexes.values():
             index.remove(np.array([rowid], dtype=np.int64))
 

@@ -32,7 +32,7 @@ from .config import NodeConfig
 from .database import Database, Transaction
 from .delivery import Beacon, BeaconBook, CellFacts
 from .embedding import Embedder, load_embedder
-from .errors import Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated, Unavailable
+from .errors import ConfigError, Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from .layers import LayerSet
 from .principals import Principal, hash_api_key, new_api_key
 from .scenes import consolidate, encode_cursor, decode_cursor, scene_row_to_dict, SCENE_COLUMNS
@@ -105,7 +105,10 @@ class MemoryService:
         """Open the data dir: database, embedder, indexes (caught up or rebuilt), beacons."""
         identity = NodeIdentity.load(config.key_path)
         if embedder is None:
-            embedder = await trio.to_thread.run_sync(load_embedder, config.embedder)
+            try:
+                embedder = await trio.to_thread.run_sync(load_embedder, config.embedder)
+            except ValueError as exc:
+                raise ConfigError(f"{config.home / 'config.toml'} [embedder]: {exc}") from None
         db = await trio.to_thread.run_sync(
             lambda: Database(config.db_path, group_commit_window=config.group_commit_ms / 1000)
         )
@@ -342,14 +345,15 @@ class MemoryService:
                 "INSERT INTO idempotency (agent_id, key, node_id, created_at) VALUES (?,?,?,?)",
                 (agent_id, key, cell.node_id, now),
             )
-        layers = ["L2"] if layer == "L2" else ["L0", "L1"] if layer == "L1" else ["L0"]
-        for name in layers:
-            self._join_layer(tx, name, rowid, cell.embedding)
+        # The catalogue first: the indexer skips rows it does not know to be alive.
         tx.after_commit(
             lambda: self.layers.catalog.add(
                 rowid, cell.node_id, cell.tenant_id, cell.project, cell.cell_type, cell.source_agent
             )
         )
+        layers = ["L2"] if layer == "L2" else ["L0", "L1"] if layer == "L1" else ["L0"]
+        for name in layers:
+            self._join_layer(tx, name, rowid, cell.embedding)
         facts = CellFacts(
             cell.tenant_id, cell.source_agent, cell.cell_type, cell.salience, cell.project,
             cell.embedding, cell.embedding_space,

@@ -159,7 +159,7 @@ class MiniLMEmbedder:
         self._position_embeddings = vector("embeddings.position_embeddings.weight")
         self._token_type_embedding = vector("embeddings.token_type_embeddings.weight")[0]
         self._embedding_norm = norm("embeddings.LayerNorm")
-        self._layers = []
+        self._layers: list[_Layer] = []
         for i in range(LAYERS):
             prefix = f"encoder.layer.{i}"
             attention = f"{prefix}.attention.self"
@@ -199,8 +199,8 @@ class MiniLMEmbedder:
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         start = 0
         while start < len(order):
-            # Rows are sorted by length, so the last row of a bucket sets its width; a bucket closes
-            # when it is full or when the next row would more than double the padding of its first.
+            # Rows are sorted by length, so the last row of a bucket sets its width. A bucket closes when
+            # it is full, or when the next row is over twice as long as its first (16 tokens of grace).
             shortest = len(encoded[order[start]])
             rows = 1
             while start + rows < len(order) and rows < MAX_BATCH_ROWS:

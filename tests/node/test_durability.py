@@ -71,7 +71,8 @@ async def main():
         principal = await service.authenticate(key)
         for i in range(5):
             await service.store(principal, content=f"saved before the snapshot number {i}", cell_type="Fact")
-        await trio.to_thread.run_sync(service.layers.save)
+        await trio.to_thread.run_sync(service.layers.flush)  # all 5 in HNSW ...
+        await trio.to_thread.run_sync(service.layers.save)  # ... and on disk
         for i in range(7):
             result = await service.store(principal, content=f"written after the snapshot number {i}", cell_type="Decision",
                                          salience=0.9)
@@ -274,6 +275,35 @@ async def test_a_corrupt_index_file_is_rebuilt(home, damage):
     assert "rebuilt" in report["L0"] and "corrupt" in report["L0"], report
     assert report["L1"].startswith("loaded"), report  # the undamaged layer is used as is
     assert after == before
+
+
+async def test_a_cell_forgotten_before_the_indexer_reached_it_never_enters_the_index(home):
+    """Store, then forget at once: the erased vector must not reach HNSW (nor its saved files).
+
+    The indexer thread is held at a gate (a wrapper around its batch step) so the forget lands
+    while the cell is still waiting in the fresh buffer, deterministically.
+    """
+    gate = threading.Event()
+    with trio.fail_after(30):
+        async with open_node(home, embedder=HashedEmbedder()) as service:
+            real_step = service.layers._index_some
+
+            def gated_step() -> bool:
+                gate.wait(10)
+                return real_step()
+
+            service.layers._index_some = gated_step
+            principal, key = await service.add_agent("writer")
+            kept = (await service.store(principal, content="a harmless note", cell_type="Fact"))["node_id"]
+            secret = (await service.store(principal, content="the root password is hunter2", cell_type="Fact"))["node_id"]
+            await service.forget(principal, node_id=secret)
+            gate.set()
+            await trio.to_thread.run_sync(service.layers.flush)
+            assert l0_consistency(service) == (1, 1)
+            hits = (await service.query(principal, query="the root password is hunter2", layer="L0"))["results"]
+            assert [h["node_id"] for h in hits] == [kept]
+        async with open_node(home, embedder=HashedEmbedder()) as service:
+            assert l0_consistency(service) == (1, 1)  # nor in the files saved at close
 
 
 # -- (5) group commit: a failing job rolls back alone ----------------------------------------------

@@ -309,6 +309,9 @@ async def test_near_duplicates_do_not_promote_across_tenants(service, make_agent
     text = "standups are at 09:30 in the blue room"
     mine = await store(service, alice, text)
     await store(service, outsider, text)
+    with trio.fail_after(10):
+        await trio.to_thread.run_sync(service.layers.flush)  # near-duplicates are found by the indexer
+        await service.db.write(lambda tx: None)  # ... which queues the promotion
     assert (await service.get_cell(alice, node_id=mine))["layer"] == "L0"
 
 

@@ -48,6 +48,13 @@ async def settle(service) -> None:
         await service.db.write(lambda tx: None)
 
 
+async def indexed(service) -> None:
+    """Wait for the indexer thread (which spots near-duplicates), then for the writes it queued."""
+    with trio.fail_after(10):
+        await trio.to_thread.run_sync(service.layers.flush)
+    await settle(service)
+
+
 def other_tenant_principal(service, name: str = "outsider", projects: list[str] | None = None):
     """A principal of a second tenant sharing this data dir.
 
@@ -451,6 +458,7 @@ async def test_a_near_duplicate_from_another_agent_promotes_the_earlier_cell(ser
         assert first not in await layer_ids(service, alice, text, "L1")
         # Same words, different punctuation: cos = 1.0 with the hashed embedder.
         await service.store(bob, content=text.replace(".", "!"), cell_type="Fact", salience=0.5)
+    await indexed(service)  # reinforcement is bookkeeping done off the store's path
     assert (await service.get_cell(alice, node_id=first))["layer"] == "L1"
     assert first in await layer_ids(service, alice, text, "L1")
 
@@ -461,6 +469,7 @@ async def test_a_near_duplicate_from_the_same_agent_does_not_promote(service, ma
     with trio.fail_after(10):
         first = (await service.store(alice, content=text, cell_type="Fact", salience=0.5))["node_id"]
         await service.store(alice, content=text, cell_type="Fact", salience=0.5)
+    await indexed(service)
     assert (await service.get_cell(alice, node_id=first))["layer"] == "L0"
     assert await layer_ids(service, alice, text, "L1") == []
 
@@ -475,6 +484,7 @@ async def test_a_merely_similar_cell_from_another_agent_does_not_promote(service
     with trio.fail_after(10):
         first = (await service.store(alice, content=a, cell_type="Fact"))["node_id"]
         await service.store(bob, content=b, cell_type="Fact")
+    await indexed(service)
     assert (await service.get_cell(alice, node_id=first))["layer"] == "L0"
 
 

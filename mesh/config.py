@@ -1,0 +1,63 @@
+"""Engine configuration, and the energy interface the engine needs.
+
+The mesh never imports ``node``: the caller passes ``node.energy.EnergyModel``,
+which satisfies :class:`EnergyParams` by duck typing. Durations are in ms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, Protocol
+
+from .team import Team
+from .wire import WireLimits
+
+__all__ = ["MeshConfig", "EnergyParams"]
+
+
+class EnergyParams(Protocol):
+    """The slice of the energy model (DESIGN §4) routing and repair use.
+
+    ``match_threshold`` must accept a numpy array of thresholds (plain arithmetic does).
+    """
+
+    def initial(self, salience: float, cell_type: str) -> float: ...
+
+    def hop_budget(self, e0: float) -> int: ...
+
+    def match_threshold(self, beacon_threshold: Any, e0: float) -> Any: ...
+
+    def worth_repairing(self, e0: float, cell_type: str, created_at_ms: int, now_ms: int) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    team: Team
+    address: str  # where peers reach us: "host:port", or "n42" in a simulator
+    view: Literal["full", "partial"] = "full"
+    # control plane
+    gossip_interval_ms: int = 1000
+    gossip_jitter: float = 0.25  # fraction of the interval, randomised
+    # liveness
+    probe_interval_ms: int = 2000  # ping a peer not heard from for this long
+    ping_timeout_ms: int = 1500
+    suspect_timeout_ms: int = 6000  # suspect this long without a word: dead
+    dead_probe_interval_ms: int = 10_000
+    max_probes_per_round: int = 16
+    # data plane
+    flush_interval_ms: int = 5  # minimum gap between data frames to one peer
+    ack_timeout_ms: int = 1000
+    max_attempts: int = 4
+    max_inflight_batches: int = 4  # per peer
+    send_queue_limit: int = 1024  # diffs per peer
+    # repair
+    repair_interval_ms: int = 30_000
+    repair_scan_limit: int = 4096  # log entries a responder scans per request
+    repair_timeout_ms: int = 5000
+    repair_grace_ms: int = 60_000  # cells this much older than a beacon still count
+    # admission
+    max_future_skew_ms: int = 60_000
+    frame_max_age_ms: int = 120_000  # replay window for sealed frames
+    limits: WireLimits = dataclasses.field(default_factory=WireLimits)
+    # partial view
+    max_neighbours: int = 8

@@ -1,0 +1,77 @@
+"""The control plane's replicated state: Scuttlebutt-style anti-entropy.
+
+Each origin owns a few keys (its ``peer`` record, each beacon id, each scene id);
+every control diff it signs gets a fresh ``seq`` from the origin's one counter, and
+only the newest diff per key is kept. The *version* of an origin is the highest
+seq we hold from it. Two nodes reconcile with a digest ``{origin: version}``: each
+sends the other every entry newer than the other's version, per origin in ascending
+seq order. A reply cut short by a size limit is still a prefix, so "version = max seq
+received" stays true: whoever holds version v of an origin holds all its entries ≤ v.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .wire import BeaconPayload, Diff, PeerPayload, ScenePayload, UnbeaconPayload
+
+__all__ = ["ControlState", "control_key"]
+
+
+def control_key(diff: Diff) -> tuple[str, str]:
+    p = diff.payload
+    if isinstance(p, (BeaconPayload, UnbeaconPayload)):
+        return ("beacon", p.beacon_id)
+    if isinstance(p, ScenePayload):
+        return ("scene", p.scene_id)
+    if isinstance(p, PeerPayload):
+        return ("peer", "")
+    raise ValueError(f"not a control diff: {diff.kind!r}")
+
+
+class ControlState:
+    def __init__(self) -> None:
+        self._versions: dict[str, int] = {}
+        self._entries: dict[str, dict[tuple[str, str], Diff]] = {}
+
+    def version(self, origin: str) -> int:
+        return self._versions.get(origin, 0)
+
+    def digest(self) -> dict[str, int]:
+        return dict(self._versions)
+
+    def entries(self, origin: str) -> Iterable[Diff]:
+        return self._entries.get(origin, {}).values()
+
+    def is_new(self, diff: Diff) -> bool:
+        return diff.seq > self._versions.get(diff.origin, 0)
+
+    def apply(self, diff: Diff) -> Diff | None:
+        """Record a newer diff; returns the entry it supersedes (if any)."""
+        entries = self._entries.setdefault(diff.origin, {})
+        key = control_key(diff)
+        previous = entries.get(key)
+        entries[key] = diff
+        self._versions[diff.origin] = max(diff.seq, self._versions.get(diff.origin, 0))
+        return previous
+
+    def needs_from(self, digest: Mapping[str, int]) -> bool:
+        """Does the peer that sent ``digest`` hold anything we lack?"""
+        versions = self._versions
+        return any(v > versions.get(origin, 0) for origin, v in digest.items())
+
+    def delta_for(self, digest: Mapping[str, int], max_diffs: int, max_bytes: int) -> list[Diff]:
+        """Entries newer than ``digest``, as per-origin prefixes, within the limits."""
+        out: list[Diff] = []
+        size = 0
+        for origin, version in self._versions.items():
+            theirs = digest.get(origin, 0)
+            if version <= theirs:
+                continue
+            newer = sorted((d for d in self._entries[origin].values() if d.seq > theirs), key=lambda d: d.seq)
+            for diff in newer:
+                if len(out) >= max_diffs or size + diff.size > max_bytes:
+                    return out
+                out.append(diff)
+                size += diff.size
+        return out

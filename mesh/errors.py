@@ -1,0 +1,76 @@
+"""The one error hierarchy of the mesh package, with stable reason codes.
+
+Errors say whose fault they are. Remote errors come from bytes a peer sent; the
+engine turns each one into a counted drop (``engine.counters.drops[reason]``) and
+never lets it escape ``handle``. Local errors are the operator's or the caller's::
+
+    MeshError                      whose fault
+    ├── LocalError                 local: bad configuration, bad join token, bad call
+    │   └── JoinTokenError         local: a join token that is not one of ours
+    └── RemoteError                remote: bytes from the network
+        ├── SealError              a frame that does not open (wrong team key, tampering)
+        └── WireError              a frame that opens but is malformed or too large
+
+Every error carries ``reason``: one of the codes in :class:`Reason`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Reason", "MeshError", "LocalError", "JoinTokenError", "RemoteError", "SealError", "WireError"]
+
+
+class Reason:
+    """Stable reason codes: error reasons and drop counters share this vocabulary."""
+
+    # frames
+    DECRYPT_FAILED = "decrypt_failed"  # AEAD did not open: wrong team key or tampered bytes
+    MALFORMED = "malformed"  # not the shape the wire format requires
+    BAD_VERSION = "bad_version"  # a wire version we do not speak
+    OVERSIZED = "oversized"  # frame larger than max_frame_bytes
+    TOO_MANY_DIFFS = "too_many_diffs"  # batch beyond max_diffs
+    CONTENT_TOO_LARGE = "content_too_large"  # content, metadata or vector beyond its limit
+    REPLAY = "replay"  # a sealed frame seen before, or older than the replay window
+    FUTURE = "future"  # a frame or diff stamped too far in the future
+    # diffs
+    NOT_MEMBER = "not_member"  # origin without a valid membership proof, or id != hash(key)
+    UNKNOWN_ORIGIN = "unknown_origin"  # no public key known for the origin
+    BAD_SIGNATURE = "bad_signature"  # signature does not verify
+    DUPLICATE = "duplicate"  # (origin, seq) already held
+    STALE = "stale"  # control diff older than the version we hold
+    # sending
+    QUEUE_FULL = "queue_full"  # bounded send queue overflowed: lowest energy dropped
+    PEER_DEAD = "peer_dead"  # queued for a peer that was declared dead
+    GAVE_UP = "gave_up"  # retransmissions exhausted
+    # tokens
+    TOKEN_PREFIX = "token_prefix"
+    TOKEN_ENCODING = "token_encoding"
+    TOKEN_FORMAT = "token_format"
+
+
+class MeshError(Exception):
+    """Base of every error the mesh raises on purpose."""
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+        self.message = message or reason
+
+
+class LocalError(MeshError):
+    """The local side is at fault: configuration or a call that makes no sense."""
+
+
+class JoinTokenError(LocalError):
+    """A join token that cannot be decoded."""
+
+
+class RemoteError(MeshError):
+    """A peer sent something unusable; the engine counts it and drops it."""
+
+
+class SealError(RemoteError):
+    """A sealed frame that does not open under our team key."""
+
+
+class WireError(RemoteError):
+    """A frame whose plaintext is malformed or exceeds a limit."""

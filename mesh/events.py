@@ -1,0 +1,162 @@
+"""What goes into the engine (events, named as facts) and what comes out (effects, commands).
+
+The runtime feeds events to :meth:`MeshEngine.handle` with the current time and
+carries out the effects it returns, in order. Timers are named: ``SetTimer(name, at)``
+replaces any earlier timer of the same name; a ``TimerFired`` that arrives early or
+late is harmless (the engine checks its own deadlines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Union
+
+from .wire import BeaconPayload, CellPayload
+
+__all__ = [
+    "Started", "CellStored", "CellForgotten", "BeaconPlaced", "BeaconRemoved", "SceneChanged",
+    "PeerDiscovered", "FrameReceived", "SendFailed", "TimerFired", "Event",
+    "SendFrame", "StoreRemoteCell", "ApplyTombstone", "ApplyRemoteBeacon", "RemoveRemoteBeacon",
+    "ApplyScene", "SetTimer", "PeerStateChanged", "Effect",
+]  # fmt: skip
+
+# -- events (inputs) --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Started:
+    """The runtime is up: announce ourselves and start the timers."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CellStored:
+    """A local agent stored a cell: disseminate it to interested members."""
+
+    cell: CellPayload
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CellForgotten:
+    node_id: str
+    tenant_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BeaconPlaced:
+    beacon: BeaconPayload
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BeaconRemoved:
+    beacon_id: str
+    tenant_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SceneChanged:
+    """A scene was created, changed or consolidated; ``scene`` holds scene_id and tenant_id."""
+
+    scene: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeerDiscovered:
+    """Discovery or configuration proposes an address; proofs decide if it is a member."""
+
+    address: str
+    peer_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FrameReceived:
+    """A sealed frame arrived; ``address`` is where the sender can be reached, if known."""
+
+    address: str
+    frame: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendFailed:
+    """A frame could not be delivered to ``address`` (connection refused, timeout)."""
+
+    address: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TimerFired:
+    name: str
+
+
+Event = Union[
+    Started, CellStored, CellForgotten, BeaconPlaced, BeaconRemoved, SceneChanged,
+    PeerDiscovered, FrameReceived, SendFailed, TimerFired,
+]  # fmt: skip
+
+# -- effects (outputs) ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendFrame:
+    """Send sealed bytes; ``data_bytes`` counts the data diffs inside (for metrics)."""
+
+    address: str
+    frame: bytes
+    data_bytes: int
+    is_control: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreRemoteCell:
+    """Ingest a cell from the mesh: store, deliver to inboxes, re-embed if the space differs."""
+
+    cell: CellPayload
+    origin_node: str
+    hops: int
+    signature: bytes
+    seq: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApplyTombstone:
+    cell_id: str
+    tenant_id: str
+    origin_node: str
+    forgotten_at: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApplyRemoteBeacon:
+    beacon: BeaconPayload
+    origin_node: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoveRemoteBeacon:
+    beacon_id: str
+    tenant_id: str
+    origin_node: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApplyScene:
+    scene: dict[str, Any]
+    origin_node: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetTimer:
+    name: str
+    at_ms: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeerStateChanged:
+    peer_id: str
+    address: str
+    state: str
+
+
+Effect = Union[
+    SendFrame, StoreRemoteCell, ApplyTombstone, ApplyRemoteBeacon, RemoveRemoteBeacon,
+    ApplyScene, SetTimer, PeerStateChanged,
+]  # fmt: skip

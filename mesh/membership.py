@@ -1,0 +1,131 @@
+"""Who is in the mesh, where they listen, and whether they answer.
+
+Membership is learned two ways: a peer's own frames (its key and proof ride in every
+envelope) and its signed ``peer`` diff, replicated by the control plane. Liveness is
+a three-state machine, driven by three inputs and written down as a table:
+
+    state \\ input   HEARD    FAILED    EXPIRED
+    alive           alive    suspect   alive
+    suspect         alive    suspect   dead
+    dead            alive    dead      dead
+
+HEARD is any authenticated frame from the peer; FAILED is a ping without answer,
+a send the runtime could not make, or a batch given up; EXPIRED is "suspect for
+``suspect_timeout_ms``". Peers learned from gossip start alive (optimistic): a
+failed probe corrects that within a few seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Iterator
+
+from .identity import node_id_for
+
+__all__ = ["PeerState", "Liveness", "LIVENESS", "Peer", "PeerTable", "Keyring"]
+
+
+class PeerState(enum.StrEnum):
+    ALIVE = "alive"
+    SUSPECT = "suspect"
+    DEAD = "dead"
+
+
+class Liveness(enum.StrEnum):
+    HEARD = "heard"
+    FAILED = "failed"
+    EXPIRED = "expired"
+
+
+A, S, D = PeerState.ALIVE, PeerState.SUSPECT, PeerState.DEAD
+H, F, X = Liveness.HEARD, Liveness.FAILED, Liveness.EXPIRED
+
+LIVENESS: dict[tuple[PeerState, Liveness], PeerState] = {
+    (A, H): A, (A, F): S, (A, X): A,
+    (S, H): A, (S, F): S, (S, X): D,
+    (D, H): A, (D, F): D, (D, X): D,
+}  # fmt: skip
+
+
+@dataclasses.dataclass(slots=True)
+class Peer:
+    node_id: str
+    address: str
+    state: PeerState = PeerState.ALIVE
+    changed_at: int = 0  # when the state last changed
+    heard_at: int = 0  # last authenticated frame
+    ping_nonce: int = 0  # outstanding ping, 0 if none
+    ping_sent_at: int = 0
+
+
+class PeerTable:
+    """The peers we know, by node id and by address."""
+
+    def __init__(self, self_id: str) -> None:
+        self.self_id = self_id
+        self._peers: dict[str, Peer] = {}
+        self._by_address: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def __iter__(self) -> Iterator[Peer]:
+        return iter(self._peers.values())
+
+    def get(self, node_id: str) -> Peer | None:
+        return self._peers.get(node_id)
+
+    def by_address(self, address: str) -> Peer | None:
+        node_id = self._by_address.get(address)
+        return self._peers.get(node_id) if node_id else None
+
+    def learn(self, node_id: str, address: str, now: int) -> tuple[Peer, bool]:
+        """Add or re-address a peer; returns (peer, is_new)."""
+        peer = self._peers.get(node_id)
+        if peer is None:
+            peer = Peer(node_id, address, changed_at=now, heard_at=now)
+            self._peers[node_id] = peer
+            self._by_address[address] = node_id
+            return peer, True
+        if address and address != peer.address:
+            self._by_address.pop(peer.address, None)
+            peer.address = address
+            self._by_address[address] = node_id
+        return peer, False
+
+    def apply(self, peer: Peer, event: Liveness, now: int) -> PeerState | None:
+        """Feed a liveness input; returns the new state if it changed."""
+        if event is Liveness.HEARD:
+            peer.heard_at = now
+            peer.ping_nonce = 0
+        new = LIVENESS[(peer.state, event)]
+        if new is peer.state:
+            return None
+        peer.state = new
+        peer.changed_at = now
+        return new
+
+    def in_state(self, *states: PeerState) -> list[Peer]:
+        return [p for p in self._peers.values() if p.state in states]
+
+
+class Keyring:
+    """Origin -> (public key, membership proof), checked once and then cached."""
+
+    def __init__(self, is_member: Callable[[bytes, bytes], bool]) -> None:
+        self._is_member = is_member
+        self._keys: dict[str, tuple[bytes, bytes]] = {}
+
+    def get(self, origin: str) -> tuple[bytes, bytes] | None:
+        return self._keys.get(origin)
+
+    def learn(self, origin: str, public_key: bytes, proof: bytes) -> bool:
+        """Accept a key if it hashes to the origin id and the team vouches for it."""
+        known = self._keys.get(origin)
+        if known is not None and known == (public_key, proof):
+            return True
+        if node_id_for(public_key) != origin or not self._is_member(public_key, proof):
+            return False
+        self._keys[origin] = (public_key, proof)
+        return True

@@ -1,0 +1,234 @@
+"""Who wants a cell: the beacon index, and the routing policies built on it.
+
+:class:`BeaconIndex` keeps the beacons of *other* nodes as one float32 matrix per
+(tenant, embedding space), with the filters as parallel numpy columns, so matching a
+cell against thousands of beacons is one matrix-vector product and a few vectorised
+comparisons. Rows are appended into doubling buffers; removals clear a flag and the
+group is compacted when half its rows are dead.
+
+Routing policies decide where a diff goes:
+
+* :class:`FullView` (every member knows every beacon): the origin pushes straight to
+  the owners of matching beacons; nobody relays.
+* partial view (large meshes): a relay forwards toward advertised interests while the
+  hop budget lasts. The engine asks the policy ``relay_targets`` for every data diff it
+  accepts, so a partial-view policy only has to answer that question.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Protocol
+
+import numpy as np
+
+from .config import EnergyParams
+from .wire import BeaconPayload, CellPayload, Diff
+
+__all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView"]
+
+_NEVER = np.iinfo(np.int64).max
+_ANY = -1
+_NONE = -2
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IndexedBeacon:
+    beacon: BeaconPayload
+    owner: str
+    placed_at: int
+
+
+class _Group:
+    """Beacons of one (tenant, space): a matrix plus filter columns."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.n = 0
+        self.dead = 0
+        self._alloc(8)
+
+    def _alloc(self, cap: int) -> None:
+        old = self.__dict__.get("matrix")
+        cols = {
+            "matrix": np.zeros((cap, self.dim), np.float32), "threshold": np.zeros(cap, np.float32),
+            "expires": np.zeros(cap, np.int64), "min_salience": np.zeros(cap, np.float32),
+            "types": np.zeros(cap, np.int64), "project": np.zeros(cap, np.int64),
+            "agent": np.zeros(cap, np.int64), "alive": np.zeros(cap, bool),
+        }  # fmt: skip
+        for name, array in cols.items():
+            if old is not None:
+                array[: self.n] = getattr(self, name)[: self.n]
+            setattr(self, name, array)
+        if old is None:
+            self.entries: list[IndexedBeacon | None] = []
+
+    def append(self, entry: IndexedBeacon, codes: "_Codes") -> int:
+        if self.n == len(self.alive):
+            self._alloc(2 * len(self.alive))
+        b, i = entry.beacon, self.n
+        self.matrix[i] = b.embedding
+        self.threshold[i] = b.threshold
+        self.expires[i] = _NEVER if b.expires_at is None else b.expires_at
+        self.min_salience[i] = -1.0 if b.min_salience is None else b.min_salience
+        self.types[i] = 0 if not b.cell_types else codes.type_mask(b.cell_types)
+        self.project[i] = _ANY if b.project is None else codes.project(b.project)
+        self.agent[i] = codes.agent(b.agent_id)
+        self.alive[i] = True
+        self.entries.append(entry)
+        self.n += 1
+        return i
+
+
+class _Codes:
+    """Small-integer codes for strings the filters compare."""
+
+    def __init__(self) -> None:
+        self._projects: dict[str, int] = {}
+        self._agents: dict[str, int] = {}
+        self._types: dict[str, int] = {}
+
+    def project(self, name: str) -> int:
+        return self._projects.setdefault(name, len(self._projects))
+
+    def project_if_known(self, name: str | None) -> int:
+        return _NONE if name is None else self._projects.get(name, _NONE)
+
+    def agent(self, name: str) -> int:
+        return self._agents.setdefault(name, len(self._agents))
+
+    def agent_if_known(self, name: str) -> int:
+        return self._agents.get(name, _NONE)
+
+    def type_bit(self, name: str) -> int:
+        code = self._types.setdefault(name, len(self._types))
+        return 1 << (code % 63)
+
+    def type_mask(self, names: Iterable[str]) -> int:
+        mask = 0
+        for name in names:
+            mask |= self.type_bit(name)
+        return mask
+
+
+class BeaconIndex:
+    """Remote beacons, matched in bulk."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, str], _Group] = {}
+        self._where: dict[str, tuple[_Group, int]] = {}
+        self._by_owner: dict[str, dict[str, IndexedBeacon]] = {}
+        self._codes = _Codes()
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def add(self, beacon: BeaconPayload, owner: str, placed_at: int) -> None:
+        self.remove(beacon.beacon_id)
+        vector = np.asarray(beacon.embedding, np.float32)
+        key = (beacon.tenant_id, beacon.embedding_space)
+        group = self._groups.get(key)
+        if group is None or group.dim != vector.shape[0]:
+            group = self._groups[key] = _Group(vector.shape[0])
+        entry = IndexedBeacon(beacon, owner, placed_at)
+        self._where[beacon.beacon_id] = (group, group.append(entry, self._codes))
+        self._by_owner.setdefault(owner, {})[beacon.beacon_id] = entry
+
+    def remove(self, beacon_id: str) -> IndexedBeacon | None:
+        found = self._where.pop(beacon_id, None)
+        if found is None:
+            return None
+        group, row = found
+        entry = group.entries[row]
+        group.alive[row] = False
+        group.entries[row] = None
+        group.dead += 1
+        if entry is not None:
+            owned = self._by_owner.get(entry.owner, {})
+            owned.pop(beacon_id, None)
+            if not owned:
+                self._by_owner.pop(entry.owner, None)
+        if group.dead * 2 > group.n:
+            self._compact(group)
+        return entry
+
+    def _compact(self, group: _Group) -> None:
+        live = [e for e in group.entries if e is not None]
+        key = next(k for k, g in self._groups.items() if g is group)
+        fresh = self._groups[key] = _Group(group.dim)
+        for entry in live:
+            self._where[entry.beacon.beacon_id] = (fresh, fresh.append(entry, self._codes))
+
+    def of_owner(self, owner: str) -> list[IndexedBeacon]:
+        return list(self._by_owner.get(owner, {}).values())
+
+    def match(self, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> list[IndexedBeacon]:
+        """Every live beacon that accepts ``cell`` (DESIGN §4 matching and filters)."""
+        group = self._groups.get((cell.tenant_id, cell.embedding_space))
+        if group is None or group.n == group.dead or cell.embedding.shape != (group.dim,):
+            return []
+        n, codes = group.n, self._codes
+        sims = group.matrix[:n] @ cell.embedding
+        ok = group.alive[:n] & (sims >= energy.match_threshold(group.threshold[:n], e0))
+        if not ok.any():
+            return []
+        ok &= group.expires[:n] > now
+        ok &= group.min_salience[:n] <= cell.salience
+        types = group.types[:n]
+        ok &= (types == 0) | ((types & codes.type_bit(cell.cell_type)) != 0)
+        projects = group.project[:n]
+        ok &= (projects == _ANY) | (projects == codes.project_if_known(cell.project))
+        ok &= group.agent[:n] != codes.agent_if_known(cell.source_agent)
+        out = []
+        for row in np.flatnonzero(ok).tolist():
+            entry = group.entries[row]
+            scope = entry.beacon.scope_projects
+            if cell.project is not None and scope and cell.project not in scope:
+                continue
+            out.append(entry)
+        return out
+
+
+def accepts(entry: IndexedBeacon, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> bool:
+    """The scalar form of :meth:`BeaconIndex.match`, for one beacon (repair uses it)."""
+    b = entry.beacon
+    if b.tenant_id != cell.tenant_id or b.embedding_space != cell.embedding_space:
+        return False
+    if b.embedding.shape != cell.embedding.shape or b.agent_id == cell.source_agent:
+        return False
+    if b.expires_at is not None and b.expires_at <= now:
+        return False
+    if b.cell_types and cell.cell_type not in b.cell_types:
+        return False
+    if b.project is not None and cell.project != b.project:
+        return False
+    if b.min_salience is not None and cell.salience < b.min_salience:
+        return False
+    if cell.project is not None and b.scope_projects and cell.project not in b.scope_projects:
+        return False
+    return float(b.embedding @ cell.embedding) >= energy.match_threshold(b.threshold, e0)
+
+
+class RoutingPolicy(Protocol):
+    """Where data diffs go. Return node ids; the engine queues and sends."""
+
+    def origin_targets(self, diff: Diff, cell: CellPayload, now: int) -> set[str]: ...
+
+    def relay_targets(self, diff: Diff, cell: CellPayload | None, sender: str, now: int) -> set[str]: ...
+
+
+class FullView:
+    """Every member knows every beacon: push straight to the owners, never relay."""
+
+    def __init__(self, self_id: str, index: BeaconIndex, energy: EnergyParams) -> None:
+        self.self_id = self_id
+        self.index = index
+        self.energy = energy
+
+    def origin_targets(self, diff: Diff, cell: CellPayload, now: int) -> set[str]:
+        e0 = self.energy.initial(cell.salience, cell.cell_type)
+        return {e.owner for e in self.index.match(cell, e0, now, self.energy)} - {self.self_id}
+
+    def relay_targets(self, diff: Diff, cell: CellPayload | None, sender: str, now: int) -> set[str]:
+        return set()

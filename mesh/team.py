@@ -1,0 +1,139 @@
+"""Team membership and frame sealing.
+
+A team is an id and a 32-byte secret key, shared through a join token
+(``hyphae1.`` + base64url(msgpack([team_id, team_key]))). The key does three jobs:
+
+* membership proof: ``HMAC-SHA256(team_key, "hyphae-member-v1" || node public key)``;
+  a diff whose origin cannot show one is dropped as ``not_member``;
+* frame key: ChaCha20-Poly1305 under ``HKDF-SHA256(team_key, salt=team_id)``, so
+  outsiders can neither read nor inject mesh traffic;
+* the zeroconf TXT record carries only :attr:`Team.id_hash`, never the key.
+
+A sealed frame is ``version(1) || sender node id(16) || nonce(12) || ciphertext+tag``.
+The header is the AEAD's associated data, so the sender id cannot be swapped.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import hmac
+import os
+import secrets
+
+import msgpack
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from .errors import JoinTokenError, Reason, SealError
+
+__all__ = ["Team", "FrameSealer", "TOKEN_PREFIX", "FRAME_VERSION", "FRAME_OVERHEAD"]
+
+TOKEN_PREFIX = "hyphae1."
+FRAME_VERSION = 1
+_NODE_ID_BYTES = 16
+_NONCE_BYTES = 12
+_HEADER_BYTES = 1 + _NODE_ID_BYTES + _NONCE_BYTES
+FRAME_OVERHEAD = _HEADER_BYTES + 16  # header + Poly1305 tag
+_MEMBER_LABEL = b"hyphae-member-v1"
+_FRAME_KEY_INFO = b"hyphae mesh frame key v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Team:
+    """A team: its id and 32-byte key. ``repr`` never shows the key."""
+
+    team_id: str
+    team_key: bytes = dataclasses.field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.team_id or len(self.team_id) > 128:
+            raise ValueError("team_id must be 1 to 128 characters")
+        if len(self.team_key) != 32:
+            raise ValueError(f"team_key must be 32 bytes, not {len(self.team_key)}")
+
+    @classmethod
+    def create(cls) -> "Team":
+        return cls(team_id=secrets.token_hex(8), team_key=secrets.token_bytes(32))
+
+    # -- join tokens ---------------------------------------------------------
+
+    def join_token(self) -> str:
+        packed = msgpack.packb([self.team_id, self.team_key], use_bin_type=True)
+        return TOKEN_PREFIX + base64.urlsafe_b64encode(packed).rstrip(b"=").decode("ascii")
+
+    @classmethod
+    def from_join_token(cls, token: str) -> "Team":
+        """Decode a join token; raises :class:`JoinTokenError` saying what is wrong."""
+        if not isinstance(token, str):
+            raise JoinTokenError(Reason.TOKEN_FORMAT, "a join token is a string")
+        token = token.strip()
+        if not token.startswith(TOKEN_PREFIX):
+            raise JoinTokenError(
+                Reason.TOKEN_PREFIX, f"not a Hyphae join token: it must start with {TOKEN_PREFIX!r}"
+            )
+        body = token[len(TOKEN_PREFIX) :]
+        try:
+            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        except (binascii.Error, ValueError):
+            raise JoinTokenError(Reason.TOKEN_ENCODING, "join token is damaged: not valid base64url") from None
+        try:
+            team_id, team_key = msgpack.unpackb(raw, raw=False)
+        except Exception:
+            raise JoinTokenError(Reason.TOKEN_FORMAT, "join token is damaged: unreadable contents") from None
+        if not isinstance(team_id, str) or not isinstance(team_key, bytes):
+            raise JoinTokenError(Reason.TOKEN_FORMAT, "join token is damaged: wrong field types")
+        try:
+            return cls(team_id, team_key)
+        except ValueError as exc:
+            raise JoinTokenError(Reason.TOKEN_FORMAT, f"join token is damaged: {exc}") from None
+
+    # -- derived values ------------------------------------------------------
+
+    @property
+    def id_hash(self) -> str:
+        """What discovery may publish: a hash of the team id, never the key."""
+        return hashlib.sha256(b"hyphae-team-id" + self.team_id.encode()).hexdigest()[:16]
+
+    def membership_proof(self, public_key: bytes) -> bytes:
+        return hmac.new(self.team_key, _MEMBER_LABEL + public_key, hashlib.sha256).digest()
+
+    def is_member(self, public_key: bytes, proof: bytes) -> bool:
+        return hmac.compare_digest(self.membership_proof(public_key), proof)
+
+    def frame_key(self) -> bytes:
+        return HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=self.team_id.encode(), info=_FRAME_KEY_INFO
+        ).derive(self.team_key)
+
+    def sealer(self) -> "FrameSealer":
+        return FrameSealer(self.frame_key())
+
+
+class FrameSealer:
+    """Seals and opens frames with ChaCha20-Poly1305 and a random 12-byte nonce."""
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = ChaCha20Poly1305(key)
+
+    def seal(self, sender_id: str, plaintext: bytes) -> bytes:
+        header = bytes([FRAME_VERSION]) + bytes.fromhex(sender_id) + os.urandom(_NONCE_BYTES)
+        return header + self._aead.encrypt(header[-_NONCE_BYTES:], plaintext, header)
+
+    def open(self, frame: bytes) -> tuple[str, bytes, bytes]:
+        """``(sender_id, nonce, plaintext)``; raises :class:`SealError`."""
+        if len(frame) < FRAME_OVERHEAD:
+            raise SealError(Reason.MALFORMED, "frame shorter than its header")
+        if frame[0] != FRAME_VERSION:
+            raise SealError(Reason.BAD_VERSION, f"frame version {frame[0]}")
+        header = frame[:_HEADER_BYTES]
+        nonce = header[-_NONCE_BYTES:]
+        try:
+            plaintext = self._aead.decrypt(nonce, frame[_HEADER_BYTES:], header)
+        except InvalidTag:
+            raise SealError(Reason.DECRYPT_FAILED, "frame does not open under the team key") from None
+        return header[1 : 1 + _NODE_ID_BYTES].hex(), nonce, plaintext

@@ -1,0 +1,530 @@
+"""The wire format: diffs, their canonical signed encoding, and the frame envelope.
+
+A **diff** is one signed change by its *origin* node: ``cell``, ``tombstone``,
+``beacon``, ``unbeacon``, ``scene`` or ``peer``. Its signed part is the msgpack
+encoding of ``[1, kind, origin, seq, ts, body]`` where ``body`` is a fixed-order array
+per kind (maps inside bodies are key-sorted), so the encoding is canonical by
+construction. The signed bytes travel as they were signed: relays forward them
+untouched and receivers verify them before decoding a field of trust. Only the
+routing fields, ``hops`` and remaining ``ttl``, sit outside the signature::
+
+    diff      = [signed: bin, signature: bin64, hops: int, ttl: int]
+    envelope  = [WIRE_VERSION, type, sent_at, sender_address,
+                 keys: {origin(bin16): [public_key(bin32), proof(bin32)]},
+                 diffs: [diff...], extra: [...per type]]
+
+``keys`` carries, for every origin in ``diffs`` and for the sender, the public key and
+membership proof, so any diff can be checked on arrival. An envelope is sealed by
+:mod:`mesh.team` into one frame. :func:`decode_envelope` raises :class:`WireError`
+for any malformed input, never another exception type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any, Union
+
+import msgpack
+import numpy as np
+
+from .errors import Reason, WireError
+
+__all__ = [
+    "WIRE_VERSION",
+    "DiffKind",
+    "MsgType",
+    "WireLimits",
+    "CellPayload",
+    "TombstonePayload",
+    "BeaconPayload",
+    "UnbeaconPayload",
+    "ScenePayload",
+    "PeerPayload",
+    "Payload",
+    "Diff",
+    "Envelope",
+    "sign_diff",
+    "decode_signed",
+    "encode_envelope",
+    "decode_envelope",
+    "CONTROL_KINDS",
+    "DATA_KINDS",
+]
+
+WIRE_VERSION = 1
+_DIFF_FORMAT = 1
+_ORIGIN_BYTES = 16
+
+
+class DiffKind(enum.IntEnum):
+    CELL = 1
+    TOMBSTONE = 2
+    BEACON = 3
+    UNBEACON = 4
+    SCENE = 5
+    PEER = 6
+
+
+CONTROL_KINDS = frozenset({DiffKind.BEACON, DiffKind.UNBEACON, DiffKind.SCENE, DiffKind.PEER})
+DATA_KINDS = frozenset({DiffKind.CELL, DiffKind.TOMBSTONE})
+
+
+class MsgType(enum.IntEnum):
+    DATA = 1  # pushed data diffs; extra [batch_id]
+    ACK = 2  # extra [[batch_id...]]
+    GOSSIP = 3  # anti-entropy; extra [digest | nil, reply_wanted]
+    REPAIR_REQUEST = 4  # extra [request_id, since, limit, requester_version]
+    REPAIR_REPLY = 5  # extra [request_id, upto, more, ready]
+    PING = 6  # extra [nonce]
+    PONG = 7  # extra [nonce]
+
+
+@dataclasses.dataclass(frozen=True)
+class WireLimits:
+    max_frame_bytes: int = 4 * 1024 * 1024
+    max_diffs: int = 256
+    max_content_bytes: int = 64 * 1024
+    max_metadata_bytes: int = 16 * 1024
+    max_vector_dim: int = 4096
+    max_digest_entries: int = 100_000
+    max_text_chars: int = 4096  # ids, names, queries, addresses
+
+
+DEFAULT_LIMITS = WireLimits()
+
+
+# -- payloads -------------------------------------------------------------------------
+
+
+def _vectors_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
+class CellPayload:
+    """A cell as plain data plus its vector (float32, L2-normalised)."""
+
+    node_id: str
+    tenant_id: str
+    source_agent: str
+    content: str
+    cell_type: str
+    salience: float
+    created_at: int
+    project: str | None = None
+    scene_id: str | None = None
+    source_ref: dict[str, str] | None = None
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    embedding: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.float32))
+    embedding_space: str = ""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CellPayload):
+            return NotImplemented
+        return all(
+            _vectors_equal(getattr(self, f), getattr(other, f))
+            if f == "embedding"
+            else getattr(self, f) == getattr(other, f)
+            for f in self.__dataclass_fields__
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TombstonePayload:
+    """A forgotten cell; ``cell_origin``/``cell_seq`` name the cell diff for routing."""
+
+    cell_id: str
+    tenant_id: str
+    forgotten_at: int
+    cell_origin: str | None = None
+    cell_seq: int = 0
+
+
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
+class BeaconPayload:
+    """A standing interest of one principal."""
+
+    beacon_id: str
+    tenant_id: str
+    agent_id: str
+    query: str
+    threshold: float
+    cell_types: tuple[str, ...] | None = None
+    project: str | None = None
+    min_salience: float | None = None
+    expires_at: int | None = None
+    embedding: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.float32))
+    embedding_space: str = ""
+    scope_projects: tuple[str, ...] = ()  # the owner's read scope; () reads every project
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BeaconPayload):
+            return NotImplemented
+        return all(
+            _vectors_equal(getattr(self, f), getattr(other, f))
+            if f == "embedding"
+            else getattr(self, f) == getattr(other, f)
+            for f in self.__dataclass_fields__
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnbeaconPayload:
+    beacon_id: str
+    tenant_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScenePayload:
+    scene_id: str
+    tenant_id: str
+    data: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeerPayload:
+    """A member's announcement of itself: where it listens."""
+
+    address: str
+    tenant_id: str = ""
+
+
+Payload = Union[CellPayload, TombstonePayload, BeaconPayload, UnbeaconPayload, ScenePayload, PeerPayload]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Diff:
+    """One signed change. ``signed`` is exactly what ``signature`` covers."""
+
+    kind: DiffKind
+    origin: str
+    seq: int
+    ts: int
+    payload: Payload
+    signed: bytes
+    signature: bytes
+    hops: int = 0
+    ttl: int = 0
+
+    @property
+    def tenant(self) -> str:
+        return self.payload.tenant_id
+
+    @property
+    def size(self) -> int:
+        """Bytes on the wire, near enough for batching."""
+        return len(self.signed) + len(self.signature) + 12
+
+    def routed(self, hops: int, ttl: int) -> "Diff":
+        return dataclasses.replace(self, hops=hops, ttl=ttl)
+
+
+# -- canonical encoding ---------------------------------------------------------------
+
+
+def _canon(value: Any) -> Any:
+    """Sort map keys recursively so equal data always encodes to equal bytes."""
+    if isinstance(value, dict):
+        return {k: _canon(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [_canon(v) for v in value]
+    return value
+
+
+def _vector_bytes(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+
+
+def _body(payload: Payload) -> tuple[DiffKind, list[Any]]:
+    p = payload
+    if isinstance(p, CellPayload):
+        return DiffKind.CELL, [
+            p.node_id, p.tenant_id, p.source_agent, p.content, p.cell_type, float(p.salience),
+            int(p.created_at), p.project, p.scene_id, _canon(p.source_ref), _canon(p.metadata or {}),
+            _vector_bytes(p.embedding), p.embedding_space,
+        ]  # fmt: skip
+    if isinstance(p, TombstonePayload):
+        return DiffKind.TOMBSTONE, [p.cell_id, p.tenant_id, int(p.forgotten_at), p.cell_origin, int(p.cell_seq)]
+    if isinstance(p, BeaconPayload):
+        return DiffKind.BEACON, [
+            p.beacon_id, p.tenant_id, p.agent_id, p.query, float(p.threshold),
+            list(p.cell_types) if p.cell_types is not None else None, p.project,
+            None if p.min_salience is None else float(p.min_salience), p.expires_at,
+            _vector_bytes(p.embedding), p.embedding_space, list(p.scope_projects),
+        ]  # fmt: skip
+    if isinstance(p, UnbeaconPayload):
+        return DiffKind.UNBEACON, [p.beacon_id, p.tenant_id]
+    if isinstance(p, ScenePayload):
+        return DiffKind.SCENE, [p.scene_id, p.tenant_id, _canon(p.data)]
+    if isinstance(p, PeerPayload):
+        return DiffKind.PEER, [p.address, p.tenant_id]
+    raise TypeError(f"not a diff payload: {type(p).__name__}")
+
+
+def sign_diff(
+    payload: Payload, *, origin: str, seq: int, ts: int, sign: Callable[[bytes], bytes], hops: int = 0, ttl: int = 0
+) -> Diff:
+    """Encode ``payload`` canonically and sign it as ``origin``."""
+    kind, body = _body(payload)
+    signed = msgpack.packb([_DIFF_FORMAT, int(kind), bytes.fromhex(origin), seq, ts, body], use_bin_type=True)
+    return Diff(kind, origin, seq, ts, payload, signed, sign(signed), hops, ttl)
+
+
+# -- strict decoding ------------------------------------------------------------------
+
+
+def _fail(what: str, reason: str = Reason.MALFORMED) -> WireError:
+    return WireError(reason, what)
+
+
+def _str(v: Any, what: str, limit: int, optional: bool = False) -> Any:
+    if v is None and optional:
+        return None
+    if not isinstance(v, str) or len(v) > limit:
+        raise _fail(f"{what}: expected a string of at most {limit} characters")
+    return v
+
+
+def _int(v: Any, what: str, optional: bool = False) -> Any:
+    if v is None and optional:
+        return None
+    if type(v) is not int or not (-(2**63) <= v < 2**64):
+        raise _fail(f"{what}: expected an integer")
+    return v
+
+
+def _float(v: Any, what: str, optional: bool = False) -> Any:
+    if v is None and optional:
+        return None
+    if type(v) not in (float, int) or v != v or v in (float("inf"), float("-inf")):
+        raise _fail(f"{what}: expected a finite number")
+    return float(v)
+
+
+def _bin(v: Any, what: str, size: int | None = None) -> bytes:
+    if not isinstance(v, bytes) or (size is not None and len(v) != size):
+        raise _fail(f"{what}: expected {size or 'some'} bytes")
+    return v
+
+
+def _list(v: Any, what: str, size: int | None = None) -> list:
+    if not isinstance(v, list) or (size is not None and len(v) != size):
+        raise _fail(f"{what}: expected an array of {size if size is not None else 'some'} items")
+    return v
+
+
+def _map(v: Any, what: str, optional: bool = False) -> Any:
+    if v is None and optional:
+        return None
+    if not isinstance(v, dict):
+        raise _fail(f"{what}: expected a map")
+    return v
+
+
+def _vector(v: Any, limits: WireLimits) -> np.ndarray:
+    raw = _bin(v, "embedding")
+    if len(raw) % 4 or len(raw) // 4 > limits.max_vector_dim:
+        raise _fail("embedding: bad length", Reason.CONTENT_TOO_LARGE if len(raw) % 4 == 0 else Reason.MALFORMED)
+    vector = np.frombuffer(raw, dtype="<f4")
+    if not np.isfinite(vector).all():
+        raise _fail("embedding: not finite")
+    return vector
+
+
+def _decode_body(kind: DiffKind, body: list, limits: WireLimits, signed_len: int) -> Payload:
+    t = limits.max_text_chars
+    if kind is DiffKind.CELL:
+        b = _list(body, "cell", 13)
+        content = _str(b[3], "content", limits.max_content_bytes)
+        if len(content.encode("utf-8", "surrogatepass")) > limits.max_content_bytes:
+            raise _fail("content too large", Reason.CONTENT_TOO_LARGE)
+        metadata = _map(b[10], "metadata")
+        if signed_len > limits.max_metadata_bytes and len(msgpack.packb(metadata)) > limits.max_metadata_bytes:
+            raise _fail("metadata too large", Reason.CONTENT_TOO_LARGE)
+        salience = _float(b[5], "salience")
+        if not 0.0 <= salience <= 1.0:
+            raise _fail("salience outside [0, 1]")
+        source_ref = _map(b[9], "source_ref", optional=True)
+        return CellPayload(
+            node_id=_str(b[0], "node_id", t), tenant_id=_str(b[1], "tenant_id", t),
+            source_agent=_str(b[2], "source_agent", t), content=content, cell_type=_str(b[4], "cell_type", t),
+            salience=salience, created_at=_int(b[6], "created_at"), project=_str(b[7], "project", t, True),
+            scene_id=_str(b[8], "scene_id", t, True), source_ref=source_ref, metadata=metadata,
+            embedding=_vector(b[11], limits), embedding_space=_str(b[12], "embedding_space", t),
+        )  # fmt: skip
+    if kind is DiffKind.TOMBSTONE:
+        b = _list(body, "tombstone", 5)
+        return TombstonePayload(
+            _str(b[0], "cell_id", t), _str(b[1], "tenant_id", t), _int(b[2], "forgotten_at"),
+            _str(b[3], "cell_origin", t, True), _int(b[4], "cell_seq"),
+        )  # fmt: skip
+    if kind is DiffKind.BEACON:
+        b = _list(body, "beacon", 12)
+        types = b[5]
+        if types is not None:
+            types = tuple(_str(x, "cell_types", t) for x in _list(types, "cell_types"))
+        return BeaconPayload(
+            beacon_id=_str(b[0], "beacon_id", t), tenant_id=_str(b[1], "tenant_id", t),
+            agent_id=_str(b[2], "agent_id", t), query=_str(b[3], "query", limits.max_content_bytes),
+            threshold=_float(b[4], "threshold"), cell_types=types, project=_str(b[6], "project", t, True),
+            min_salience=_float(b[7], "min_salience", True), expires_at=_int(b[8], "expires_at", True),
+            embedding=_vector(b[9], limits), embedding_space=_str(b[10], "embedding_space", t),
+            scope_projects=tuple(_str(x, "scope_projects", t) for x in _list(b[11], "scope_projects")),
+        )  # fmt: skip
+    if kind is DiffKind.UNBEACON:
+        b = _list(body, "unbeacon", 2)
+        return UnbeaconPayload(_str(b[0], "beacon_id", t), _str(b[1], "tenant_id", t))
+    if kind is DiffKind.SCENE:
+        b = _list(body, "scene", 3)
+        if signed_len > limits.max_metadata_bytes + limits.max_content_bytes:
+            raise _fail("scene too large", Reason.CONTENT_TOO_LARGE)
+        return ScenePayload(_str(b[0], "scene_id", t), _str(b[1], "tenant_id", t), _map(b[2], "scene"))
+    b = _list(body, "peer", 2)
+    return PeerPayload(_str(b[0], "address", t), _str(b[1], "tenant_id", t))
+
+
+def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: WireLimits = DEFAULT_LIMITS) -> Diff:
+    """Decode a diff's signed bytes (not verifying the signature: the engine does)."""
+    try:
+        header = msgpack.unpackb(signed, raw=False, strict_map_key=True, max_bin_len=limits.max_frame_bytes)
+        fmt, kind_code, origin, seq, ts, body = _list(header, "diff", 6)
+        if fmt != _DIFF_FORMAT:
+            raise _fail(f"diff format {fmt!r}", Reason.BAD_VERSION)
+        try:
+            kind = DiffKind(kind_code)
+        except ValueError:
+            raise _fail(f"unknown diff kind {kind_code!r}") from None
+        payload = _decode_body(kind, body, limits, len(signed))
+        diff = Diff(
+            kind, _bin(origin, "origin", _ORIGIN_BYTES).hex(), _int(seq, "seq"), _int(ts, "ts"),
+            payload, signed, _bin(signature, "signature", 64), _int(hops, "hops"), _int(ttl, "ttl"),
+        )  # fmt: skip
+    except WireError:
+        raise
+    except Exception as exc:  # msgpack's many exception types, unpacking, decoding
+        raise WireError(Reason.MALFORMED, f"undecodable diff: {type(exc).__name__}") from None
+    if diff.seq < 1 or diff.hops < 0 or diff.ttl < 0:
+        raise _fail("seq, hops and ttl must be positive")
+    return diff
+
+
+# -- envelopes ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Envelope:
+    """The plaintext of one frame. Fields beyond ``diffs`` are used per ``type``."""
+
+    type: MsgType
+    sent_at: int
+    sender_address: str
+    keys: Mapping[str, tuple[bytes, bytes]] = dataclasses.field(default_factory=dict)
+    diffs: tuple[Diff, ...] = ()
+    batch_id: int = 0  # DATA
+    acks: tuple[int, ...] = ()  # ACK
+    digest: Mapping[str, int] | None = None  # GOSSIP
+    reply_wanted: bool = False  # GOSSIP
+    request_id: int = 0  # REPAIR_*
+    since: int = 0  # REPAIR_REQUEST: the responder's log position already covered
+    limit: int = 0  # REPAIR_REQUEST
+    version: int = 0  # REPAIR_REQUEST: requester's own control version
+    upto: int = 0  # REPAIR_REPLY: log position covered by this reply
+    more: bool = False  # REPAIR_REPLY
+    ready: bool = True  # REPAIR_REPLY: false when the responder lacks the requester's beacons
+    nonce: int = 0  # PING / PONG
+
+
+def _extra(env: Envelope) -> list[Any]:
+    t = env.type
+    if t is MsgType.DATA:
+        return [env.batch_id]
+    if t is MsgType.ACK:
+        return [list(env.acks)]
+    if t is MsgType.GOSSIP:
+        digest = None if env.digest is None else {bytes.fromhex(k): v for k, v in env.digest.items()}
+        return [digest, env.reply_wanted]
+    if t is MsgType.REPAIR_REQUEST:
+        return [env.request_id, env.since, env.limit, env.version]
+    if t is MsgType.REPAIR_REPLY:
+        return [env.request_id, env.upto, env.more, env.ready]
+    return [env.nonce]
+
+
+def encode_envelope(env: Envelope) -> bytes:
+    keys = {bytes.fromhex(origin): [pk, proof] for origin, (pk, proof) in env.keys.items()}
+    diffs = [[d.signed, d.signature, d.hops, d.ttl] for d in env.diffs]
+    return msgpack.packb(
+        [WIRE_VERSION, int(env.type), env.sent_at, env.sender_address, keys, diffs, _extra(env)], use_bin_type=True
+    )
+
+
+def decode_envelope(data: bytes, limits: WireLimits = DEFAULT_LIMITS) -> Envelope:
+    """Decode and validate one envelope; any problem raises :class:`WireError`."""
+    if len(data) > limits.max_frame_bytes:
+        raise _fail(f"frame of {len(data)} bytes", Reason.OVERSIZED)
+    try:
+        return _decode_envelope(data, limits)
+    except WireError:
+        raise
+    except Exception as exc:
+        raise WireError(Reason.MALFORMED, f"undecodable envelope: {type(exc).__name__}") from None
+
+
+def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
+    top = msgpack.unpackb(
+        data, raw=False, strict_map_key=False, max_bin_len=limits.max_frame_bytes,
+        max_str_len=limits.max_frame_bytes, max_array_len=max(limits.max_diffs, 64) * 4,
+        max_map_len=max(limits.max_digest_entries, limits.max_diffs * 2),
+    )  # fmt: skip
+    if isinstance(top, list) and top and top[0] != WIRE_VERSION:
+        raise _fail(f"wire version {top[0]!r}", Reason.BAD_VERSION)
+    _, type_code, sent_at, address, raw_keys, raw_diffs, extra = _list(top, "envelope", 7)
+    try:
+        mtype = MsgType(type_code)
+    except ValueError:
+        raise _fail(f"unknown message type {type_code!r}") from None
+    raw_diffs = _list(raw_diffs, "diffs")
+    if len(raw_diffs) > limits.max_diffs:
+        raise _fail(f"{len(raw_diffs)} diffs in one batch", Reason.TOO_MANY_DIFFS)
+    keys: dict[str, tuple[bytes, bytes]] = {}
+    for origin, entry in _map(raw_keys, "keys").items():
+        pk, proof = _list(entry, "key entry", 2)
+        keys[_bin(origin, "key origin", _ORIGIN_BYTES).hex()] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
+    diffs = tuple(decode_signed(*_list(d, "diff", 4), limits=limits) for d in raw_diffs)
+    fields: dict[str, Any] = {}
+    extra = _list(extra, "extra")
+    if mtype is MsgType.DATA:
+        (fields["batch_id"],) = (_int(x, "batch_id") for x in _list(extra, "data", 1))
+    elif mtype is MsgType.ACK:
+        acks = _list(_list(extra, "ack", 1)[0], "acks")
+        if len(acks) > limits.max_diffs:
+            raise _fail("too many acks", Reason.TOO_MANY_DIFFS)
+        fields["acks"] = tuple(_int(a, "ack") for a in acks)
+    elif mtype is MsgType.GOSSIP:
+        digest, reply_wanted = _list(extra, "gossip", 2)
+        if digest is not None:
+            digest = _map(digest, "digest")
+            if len(digest) > limits.max_digest_entries:
+                raise _fail("digest too large", Reason.OVERSIZED)
+            digest = {_bin(k, "digest origin", _ORIGIN_BYTES).hex(): _int(v, "version") for k, v in digest.items()}
+        fields["digest"], fields["reply_wanted"] = digest, _bool(reply_wanted)
+    elif mtype is MsgType.REPAIR_REQUEST:
+        r = _list(extra, "repair request", 4)
+        fields.update(request_id=_int(r[0], "id"), since=_int(r[1], "since"), limit=_int(r[2], "limit"),
+                      version=_int(r[3], "version"))  # fmt: skip
+    elif mtype is MsgType.REPAIR_REPLY:
+        r = _list(extra, "repair reply", 4)
+        fields.update(request_id=_int(r[0], "id"), upto=_int(r[1], "upto"), more=_bool(r[2]), ready=_bool(r[3]))
+    else:
+        fields["nonce"] = _int(_list(extra, "ping", 1)[0], "nonce")
+    return Envelope(
+        mtype, _int(sent_at, "sent_at"), _str(address, "sender_address", limits.max_text_chars), keys, diffs, **fields
+    )
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise _fail("expected a boolean")
+    return v

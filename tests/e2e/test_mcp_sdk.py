@@ -1,0 +1,302 @@
+"""The official MCP Python SDK as a client of a real node, over stdio and over HTTP.
+
+The SDK is a *test* dependency (DESIGN §2: no SDK in the product). The version pinned
+in ``pyproject.toml`` is the newest major, 2.x: its ``Client`` probes ``server/discover``
+before falling back to ``initialize``, so these tests also show that a node answers the
+probe at once (a server that ignored it would cost every connection a 10 s wait). The
+older 1.x line, which most hosts still ship, gets its own connect/list/recall test in a
+throwaway virtualenv (cached under pytest's cache dir), since one environment cannot hold
+both majors.
+
+Both SDK scenarios run inside plain sync tests: pytest-trio owns ``async def`` tests, and
+the SDK brings its own event loop (anyio): stdio under asyncio (what most hosts use),
+HTTP under trio (what the node itself runs on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from .conftest import DEADLINE, Daemon, add_agents, make_home, start_daemon, stop_process
+
+mcp = pytest.importorskip("mcp", reason="the MCP SDK is a test dependency: pip install -e '.[test]'")
+httpx2 = pytest.importorskip("httpx2")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+# DESIGN §7: (readOnlyHint, destructiveHint, idempotentHint); openWorldHint is false for all.
+ANNOTATIONS = {
+    "store": (False, False, False),
+    "recall": (True, False, True),
+    "query": (True, False, True),
+    "start_session": (False, False, False),
+    "end_session": (False, False, True),
+    "place_beacon": (False, False, False),
+    "list_beacons": (True, False, True),
+    "inbox": (True, False, True),
+    "get_scene": (True, False, True),
+    "list_scenes": (True, False, True),
+    "pull_inbox": (False, False, False),
+}
+# A client that waited for an ignored server/discover would take 10 s or more to connect.
+CONNECT_BOUND = 8.0
+OLD_SDK = "mcp==1.30.0"  # the last 1.x release
+
+BEACON_TOPIC = "deploys go through the staging cluster first"
+
+
+@pytest.fixture(scope="module")
+def sdk_node(tmp_path_factory) -> Any:
+    """One daemon for this module; ``alice``/``carol`` drive the SDK, ``bob`` feeds their inboxes."""
+    home = make_home(tmp_path_factory.mktemp("sdk") / "home")
+    daemon = start_daemon(home)
+    try:
+        keys = add_agents(home, "alice", "bob", "carol")
+        yield daemon, keys
+    finally:
+        daemon.stop()
+
+
+def _payload(result: Any) -> dict[str, Any]:
+    """structuredContent of a successful call, checked against its one text block."""
+    assert result.is_error is False
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    assert json.loads(result.content[0].text) == result.structured_content
+    return result.structured_content
+
+
+async def _exercise(client: Client, daemon: Daemon, bob_key: str, tag: str) -> None:
+    """The 11 tools, in the order an agent meets them, through an SDK ``Client``."""
+    assert client.protocol_version == "2025-11-25"
+    assert client.server_info.name == "hyphae"
+
+    listed = await client.list_tools()
+    assert {tool.name for tool in listed.tools} == set(ANNOTATIONS)
+    assert len(listed.tools) == 11
+    for tool in listed.tools:
+        hints = tool.annotations
+        assert hints is not None, tool.name
+        stated = (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint, hints.open_world_hint)
+        assert None not in stated, f"{tool.name} leaves a hint out: {hints}"
+        assert stated == (*ANNOTATIONS[tool.name], False), tool.name
+        assert not {"source_agent", "tenant_id"} & set(tool.input_schema.get("properties", {}))
+
+    content = f"[{tag}] The build cache lives on the shared NFS volume."
+    stored = _payload(await client.call_tool("store", {"content": content, "cell_type": "Fact", "salience": 0.7}))
+    assert set(stored) == {"node_id"}
+    node_id = stored["node_id"]
+
+    recalled = _payload(await client.call_tool("recall", {"query": content, "k": 5}))
+    assert set(recalled) == {"results"}
+    assert recalled["results"][0]["node_id"] == node_id
+    assert all(set(hit) == {"node_id", "distance"} for hit in recalled["results"])
+
+    queried = _payload(await client.call_tool("query", {"query": content, "layer": "L0", "k": 3}))
+    assert queried["results"][0]["node_id"] == node_id
+    assert all(set(hit) == {"node_id", "distance"} for hit in queried["results"])
+
+    project = f"e2e-{tag}"
+    session = _payload(await client.call_tool("start_session", {"project": project, "title": "SDK walk"}))
+    assert set(session) == {"session_id", "scene_id"}
+    in_scene = _payload(await client.call_tool("store", {"content": f"[{tag}] Scene note.", "cell_type": "Context"}))
+    ended = _payload(await client.call_tool("end_session", {"session_id": session["session_id"]}))
+    assert ended["session_id"] == session["session_id"]
+    assert ended["cell_count"] == 1 and isinstance(ended["ended_at"], int)
+
+    beacon = _payload(await client.call_tool("place_beacon", {"query": f"{tag} {BEACON_TOPIC}"}))
+    assert set(beacon) == {"beacon_id"}
+    beacons = _payload(await client.call_tool("list_beacons", {}))
+    assert [b["beacon_id"] for b in beacons["beacons"]] == [beacon["beacon_id"]]
+
+    # Another agent stores what the beacon asks for; it lands in this agent's inbox.
+    with daemon.client(bob_key) as rest:
+        response = rest.post("/v1/cells", json={"content": f"{tag} {BEACON_TOPIC}", "cell_type": "Decision"})
+        assert response.status_code == 201, response.text
+        delivered_id = response.json()["node_id"]
+
+    inbox = _payload(await client.call_tool("inbox", {}))
+    assert set(inbox) == {"diffs", "next_since"}
+    assert [d["node_id"] for d in inbox["diffs"]] == [delivered_id]
+    diff = inbox["diffs"][0]
+    assert diff["content"] == f"{tag} {BEACON_TOPIC}" and diff["beacon_id"] == beacon["beacon_id"]
+    assert inbox["next_since"] == diff["received_at"]
+
+    scene = _payload(await client.call_tool("get_scene", {"scene_id": session["scene_id"]}))
+    assert scene["scene_id"] == session["scene_id"] and scene["project"] == project
+    assert scene["cell_ids"] == [in_scene["node_id"]] and scene["ended_at"] == ended["ended_at"]
+
+    scenes = _payload(await client.call_tool("list_scenes", {"project": project}))
+    assert [s["scene_id"] for s in scenes["scenes"]] == [session["scene_id"]]
+    assert scenes["next_cursor"] is None
+
+    pulled = _payload(await client.call_tool("pull_inbox", {"limit": 10}))
+    assert set(pulled) == {"diffs", "cursor", "remaining"}
+    assert [d["node_id"] for d in pulled["diffs"]] == [delivered_id] and pulled["remaining"] == 0
+    again = _payload(await client.call_tool("pull_inbox", {}))
+    assert again["diffs"] == [] and again["cursor"] == pulled["cursor"]
+
+
+def test_sdk_over_stdio(sdk_node) -> None:
+    daemon, keys = sdk_node
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "node.cli", "--home", str(daemon.home), "mcp"],
+        env={"HYPHAE_API_KEY": keys["alice"]},
+    )
+
+    async def scenario() -> float:
+        with anyio.fail_after(DEADLINE * 2):
+            started = time.monotonic()
+            async with Client(params, read_timeout_seconds=DEADLINE) as client:
+                connect_time = time.monotonic() - started
+                await _exercise(client, daemon, keys["bob"], "stdio")
+            return connect_time
+
+    connect_time = asyncio.run(scenario())
+    # Includes starting `hyphae mcp` (a Python process); the discover probe must add nothing.
+    assert connect_time < CONNECT_BOUND
+
+
+def test_sdk_over_streamable_http(sdk_node) -> None:
+    daemon, keys = sdk_node
+
+    async def scenario() -> float:
+        with anyio.fail_after(DEADLINE * 2):
+            async with httpx2.AsyncClient(headers={"x-hyphae-key": keys["carol"]}, timeout=DEADLINE) as http:
+                started = time.monotonic()
+                async with Client(streamable_http_client(daemon.mcp_url, http_client=http),
+                                  read_timeout_seconds=DEADLINE) as client:
+                    connect_time = time.monotonic() - started
+                    await _exercise(client, daemon, keys["bob"], "http")
+            return connect_time
+
+    connect_time = anyio.run(scenario, backend="trio")
+    assert connect_time < 3.0
+
+
+def test_sdk_over_http_refuses_a_bad_key(sdk_node) -> None:
+    daemon, _ = sdk_node
+
+    async def scenario() -> None:
+        with anyio.fail_after(DEADLINE):
+            async with httpx2.AsyncClient(headers={"x-hyphae-key": "hy_not-a-key"}, timeout=DEADLINE) as http:
+                async with Client(streamable_http_client(daemon.mcp_url, http_client=http)):
+                    pass
+
+    with pytest.raises(BaseException) as raised:
+        anyio.run(scenario, backend="trio")
+    errors = _leaves(raised.value)
+    assert any(isinstance(e, mcp.MCPError) and e.code == -32001 for e in errors), errors
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+# -- the older SDK line, in a throwaway virtualenv ------------------------------------------
+
+_OLD_SDK_CLIENT = textwrap.dedent(
+    """
+    import json, sys, time
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamablehttp_client
+
+    server_python, home, url, key = sys.argv[1:5]
+
+    async def use(session):
+        init = await session.initialize()
+        tools = await session.list_tools()
+        recalled = await session.call_tool("recall", {"query": "anything at all", "k": 3})
+        return {"version": init.protocolVersion, "tools": sorted(t.name for t in tools.tools),
+                "recall": recalled.structuredContent, "error": recalled.isError}
+
+    async def main():
+        report = {}
+        started = time.monotonic()
+        params = StdioServerParameters(command=server_python, args=["-m", "node.cli", "--home", home, "mcp"],
+                                       env={"HYPHAE_API_KEY": key})
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                report["stdio"] = await use(session)
+        report["stdio_seconds"] = time.monotonic() - started
+        started = time.monotonic()
+        async with streamablehttp_client(url, headers={"x-hyphae-key": key}) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                report["http"] = await use(session)
+        report["http_seconds"] = time.monotonic() - started
+        print(json.dumps(report))
+
+    anyio.run(main)
+    """
+)
+
+
+def _old_sdk_python(cache_dir: Path) -> Path:
+    """A virtualenv with the 1.x SDK, made once and reused from pytest's cache.
+
+    It sees this environment's packages (``--system-site-packages``), so only the SDK
+    and the few dependencies we lack are installed: ~5 s once, instead of ~40 s for a
+    clean environment. Its own site-packages come first, so its ``mcp`` shadows ours.
+    """
+    venv = cache_dir / "venv"
+    python = venv / "bin" / "python"
+    marker = venv / "installed.txt"
+    if marker.exists() and marker.read_text() == OLD_SDK and python.exists():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--clear", "--system-site-packages", "--without-pip", str(venv)],
+                   check=True, timeout=120, capture_output=True)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", OLD_SDK],
+        timeout=300, capture_output=True, text=True,
+    )
+    if install.returncode != 0:
+        pytest.fail(f"could not install {OLD_SDK} into a throwaway venv:\n{install.stderr[-2000:]}")
+    marker.write_text(OLD_SDK)
+    return python
+
+
+def test_older_sdk_line_connects_without_delay(sdk_node, request) -> None:
+    daemon, keys = sdk_node
+    python = _old_sdk_python(Path(request.config.cache.mkdir("hyphae-e2e-" + OLD_SDK.replace("==", "-"))))
+    version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('mcp'))"],
+                             capture_output=True, text=True, timeout=DEADLINE, check=True).stdout.strip()
+    assert version == OLD_SDK.split("==")[1]
+
+    script = Path(request.config.cache.mkdir("hyphae-e2e-scripts")) / "old_sdk_client.py"
+    script.write_text(_OLD_SDK_CLIENT)
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [str(python), str(script), sys.executable, str(daemon.home), daemon.mcp_url, keys["alice"]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k != "HYPHAE_API_KEY"},
+    )
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        stop_process(process)
+    elapsed = time.monotonic() - started
+    assert process.returncode == 0, err[-3000:]
+    report = json.loads(out.strip().splitlines()[-1])
+    for transport in ("stdio", "http"):
+        assert report[transport]["version"] == "2025-11-25"
+        assert report[transport]["tools"] == sorted(ANNOTATIONS)
+        assert report[transport]["error"] is False
+        assert isinstance(report[transport]["recall"]["results"], list)
+    assert elapsed < 20.0, report  # interpreter + SDK import + `hyphae mcp` start, both transports
