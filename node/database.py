@@ -28,10 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import trio
-
 from .errors import HyphaeError, Unavailable
 from .schema import migrate
+from .waking import Waker, current_waker, wake_all
 
 __all__ = ["Database", "Transaction"]
 
@@ -56,11 +55,12 @@ class Transaction:
 
 
 class _Job:
-    __slots__ = ("fn", "future")
+    __slots__ = ("fn", "future", "waker")
 
-    def __init__(self, fn: Callable[[Transaction], Any]) -> None:
+    def __init__(self, fn: Callable[[Transaction], Any], waker: Waker | None = None) -> None:
         self.fn = fn
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.waker = waker  # (trio token, event) of an async caller, woken once per batch
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -115,11 +115,11 @@ class Database:
 
     # -- writes ------------------------------------------------------------------
 
-    def submit(self, fn: Callable[[Transaction], T]) -> concurrent.futures.Future[T]:
+    def submit(self, fn: Callable[[Transaction], T], *, _waker: Any = None) -> concurrent.futures.Future[T]:
         """Queue a write job; the future resolves once its batch is durable."""
         if self._closed:
             raise Unavailable("the database is closed")
-        job = _Job(fn)
+        job = _Job(fn, _waker)
         self._queue.put(job)
         return job.future
 
@@ -128,18 +128,9 @@ class Database:
 
     async def write(self, fn: Callable[[Transaction], T]) -> T:
         """Run a write job and wait for it to be durable, without holding a worker thread."""
-        future = self.submit(fn)
-        token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
-
-        def wake(_: concurrent.futures.Future[T]) -> None:
-            try:
-                token.run_sync_soon(done.set)
-            except trio.RunFinishedError:
-                pass
-
-        future.add_done_callback(wake)
-        await done.wait()
+        waker = current_waker()
+        future = self.submit(fn, _waker=waker)
+        await waker[1].wait()
         return future.result()
 
     def close(self) -> None:
@@ -208,6 +199,7 @@ class Database:
             error = Unavailable(f"the database could not commit: {exc}")
             for job in batch:
                 job.future.set_exception(error)
+            wake_all(job.waker for job in batch)
             return
         self.batches += 1
         self.jobs += len(batch)
@@ -223,3 +215,5 @@ class Database:
                 if not isinstance(value, (HyphaeError, Exception)):
                     value = Unavailable(f"write failed: {value!r}")
                 job.future.set_exception(value)
+        wake_all(job.waker for job in batch)
+

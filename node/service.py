@@ -32,6 +32,7 @@ from .config import NodeConfig
 from .database import Database, Transaction
 from .delivery import Beacon, BeaconBook, CellFacts
 from .embedding import Embedder, load_embedder
+from .embedding.worker import EmbeddingWorker
 from .errors import ConfigError, Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from .layers import LayerSet
 from .principals import Principal, hash_api_key, new_api_key
@@ -89,7 +90,14 @@ class MemoryService:
         self.energy = config.energy
         self.clock = clock
         self.beacons = BeaconBook(config.energy)
+        self._embedding = EmbeddingWorker(embedder)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        # Open sessions by agent: sessions are local, so this mirror of the table is exact.
+        self._open_sessions: dict[str, tuple[str, str, str]] = {}
+        for session_id, scene_id, project, agent_id in db.query(
+            "SELECT session_id, scene_id, project, agent_id FROM sessions WHERE ended_at IS NULL ORDER BY started_at"
+        ):
+            self._open_sessions[agent_id] = (session_id, scene_id, project)
         (last,) = db.query_one("SELECT COALESCE(MAX(received_at), 0) FROM inbox") or (0,)
         self._last_received = last  # touched only by the writer thread
 
@@ -126,6 +134,7 @@ class MemoryService:
         await trio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
+        self._embedding.close()
         self.db.close()  # drains queued writes first
         self.layers.close()  # indexes what is left and saves
 
@@ -206,7 +215,7 @@ class MemoryService:
     # -- embedding ----------------------------------------------------------------
 
     async def _embed(self, texts: list[str]) -> np.ndarray:
-        return await trio.to_thread.run_sync(self.embedder.embed, texts)
+        return await self._embedding.embed(texts)
 
     async def _embed_query(self, text: str) -> np.ndarray:
         """Query vectors are cached: agents repeat their questions, and a query is no record."""
@@ -294,13 +303,9 @@ class MemoryService:
                 )
             return scene["session_id"], scene_id, scene["project"]
         if project is None:
-            row = self.db.query_one(
-                "SELECT session_id, scene_id, project FROM sessions WHERE agent_id = ? AND ended_at IS NULL "
-                "ORDER BY started_at DESC LIMIT 1",
-                (principal.agent_id,),
-            )
-            if row is not None:
-                return row[0], row[1], row[2]
+            session = self._open_sessions.get(principal.agent_id)
+            if session is not None:
+                return session
             if len(principal.projects) == 1:
                 project = principal.projects[0]
         if project is not None and not principal.may_read_project(project):
@@ -538,6 +543,7 @@ class MemoryService:
         session_id, scene_id, now = new_id(), new_id(), self.clock()
 
         def job(tx: Transaction) -> None:
+            tx.after_commit(lambda: self._open_sessions.__setitem__(principal.agent_id, (session_id, scene_id, project)))
             tx.execute(
                 f"INSERT INTO scenes ({SCENE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,NULL,NULL,NULL)",
                 (scene_id, principal.tenant_id, principal.agent_id, project, title, session_id, self.node_id, now),
@@ -568,11 +574,24 @@ class MemoryService:
             if ended_at is None:
                 ended_at = now
                 tx.execute("UPDATE sessions SET ended_at = ? WHERE session_id = ?", (now, session_id))
+                tx.after_commit(lambda: self._forget_open_session(principal.agent_id, session_id))
                 tx.execute("UPDATE scenes SET ended_at = ? WHERE scene_id = ? AND ended_at IS NULL", (now, scene_id))
-            (count,) = tx.execute("SELECT COUNT(*) FROM cells WHERE session_id = ?", (session_id,)).fetchone()
+            (count,) = tx.execute("SELECT COUNT(*) FROM cells WHERE session_id = ? AND layer != 'L2'", (session_id,)).fetchone()
             return {"session_id": session_id, "ended_at": ended_at, "cell_count": count}
 
         return await self.db.write(job)
+
+    def _forget_open_session(self, agent_id: str, session_id: str) -> None:
+        if self._open_sessions.get(agent_id, ("",))[0] == session_id:
+            row = self.db.reader().execute(
+                "SELECT session_id, scene_id, project FROM sessions WHERE agent_id = ? AND ended_at IS NULL "
+                "ORDER BY started_at DESC LIMIT 1",
+                (agent_id,),
+            ).fetchone()
+            if row is None:
+                del self._open_sessions[agent_id]
+            else:
+                self._open_sessions[agent_id] = tuple(row)
 
     def _scene_in_scope(self, principal: Principal, scene_id: str) -> dict[str, Any]:
         row = self.db.query_one(f"SELECT {SCENE_COLUMNS} FROM scenes WHERE scene_id = ?", (scene_id,))

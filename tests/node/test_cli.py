@@ -216,7 +216,6 @@ def test_inbox_shows_what_a_beacon_caught(cli, home, minilm):
     assert code == 0, err
     (diff,) = json.loads(out)["diffs"]
     assert diff["node_id"] == node_id
-    received_at = diff["received_at"]
 
     code, out, err = cli("inbox", "--since", "2000-01-01T00:00:00Z", "--json", key=bob)
     assert code == 0, err
@@ -227,7 +226,6 @@ def test_inbox_shows_what_a_beacon_caught(cli, home, minilm):
     assert json.loads(out)["remaining"] == 0 and len(json.loads(out)["diffs"]) == 1
     code, out, err = cli("inbox", "--since", "yesterday", key=bob)
     assert code == 1 and "since" in err
-    assert received_at > 0
 
 
 def test_inbox_since_accepts_milliseconds_as_its_help_says(cli, home, minilm):

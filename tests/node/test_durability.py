@@ -26,6 +26,17 @@ from node.errors import ConfigError, NotFound
 from node.home import open_node
 from node.schema import SCHEMA_VERSION, migrate
 
+@pytest.fixture
+def make_agent(make_agent):
+    """The conftest factory, with a deadline on its write."""
+
+    async def make(*args, **kwargs):
+        with trio.fail_after(10):
+            return await make_agent(*args, **kwargs)
+
+    return make
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Stores from 8 concurrent tasks, printing each node_id the moment `store` returns it.
@@ -168,7 +179,7 @@ async def test_every_acknowledged_store_survives_sigkill(home):
                     missing.append(node_id)
                     continue
                 assert cell["content"] == text
-                hits = (await service.query(principal, query=text, layer="L0", k=5))["results"]
+                hits = (await service.recall(principal, query=text, k=5))["results"]
                 if node_id not in [h["node_id"] for h in hits]:
                     unrecallable.append(node_id)
             assert missing == [], f"{len(missing)} of {len(acks)} acknowledged stores were lost"

@@ -7,6 +7,7 @@ the end uses the real MiniLM model and the configured default threshold.
 
 from __future__ import annotations
 
+import itertools
 import math
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -17,6 +18,17 @@ import trio
 from node.errors import HyphaeError
 from node.home import open_node
 from node.embedding import HashedEmbedder
+
+
+@pytest.fixture
+def make_agent(make_agent):
+    """The conftest factory, with a deadline on its write."""
+
+    async def make(*args, **kwargs):
+        with trio.fail_after(10):
+            return await make_agent(*args, **kwargs)
+
+    return make
 
 
 async def rejected(call, reason: str, field: str | None = None) -> HyphaeError:
@@ -465,8 +477,9 @@ UNRELATED_TEAM_FACTS = [
 
 async def test_default_threshold_catches_the_storage_decision_and_not_unrelated_facts(semantic_service):
     service = semantic_service
-    alice, _ = await service.add_agent("alice")
-    bob, _ = await service.add_agent("bob")
+    with trio.fail_after(10):
+        alice, _ = await service.add_agent("alice")
+        bob, _ = await service.add_agent("bob")
     beacon_id = await beacon(service, bob, "which database do we use for storage")  # default threshold
     assert (await service.list_beacons(bob))["beacons"][0]["threshold"] == service.config.default_beacon_threshold
 
@@ -479,3 +492,19 @@ async def test_default_threshold_catches_the_storage_decision_and_not_unrelated_
     assert diffs[0]["beacon_id"] == beacon_id
     assert 0.35 < diffs[0]["similarity"] < 0.6
     assert not set(noise) & {d["node_id"] for d in diffs}
+
+
+async def test_received_at_keeps_increasing_across_a_restart_with_a_clock_set_back(home):
+    """A reader paging by next_since must not miss what arrives after the node restarts, even if
+    the machine's clock went backwards in between (NTP, a new VM host)."""
+    text = "the postgres connection pool size is twenty"
+    with trio.fail_after(30):
+        async with open_node(home, embedder=HashedEmbedder(), clock=itertools.count(2_000_000_000_000).__next__) as service:
+            alice, _ = await service.add_agent("alice")
+            bob, _ = await service.add_agent("bob")
+            await beacon(service, bob, TOPIC, threshold=0.3)
+            await store(service, alice, text)
+            since = (await service.inbox(bob))["next_since"]
+        async with open_node(home, embedder=HashedEmbedder(), clock=itertools.count(1_000_000_000_000).__next__) as service:
+            later = await store(service, alice, text)
+            assert await caught(service, bob, since=since) == [later]

@@ -18,6 +18,17 @@ from node.principals import hash_api_key, new_api_key
 # -- helpers -------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def make_agent(make_agent):
+    """The conftest factory, with a deadline on its write."""
+
+    async def make(*args, **kwargs):
+        with trio.fail_after(10):
+            return await make_agent(*args, **kwargs)
+
+    return make
+
+
 async def rejected(call, reason: str, field: str | None = None) -> HyphaeError:
     with pytest.raises(HyphaeError) as info:
         with trio.fail_after(10):

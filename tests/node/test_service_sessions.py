@@ -12,6 +12,17 @@ from node.errors import HyphaeError
 from node.principals import hash_api_key, new_api_key
 
 
+@pytest.fixture
+def make_agent(make_agent):
+    """The conftest factory, with a deadline on its write."""
+
+    async def make(*args, **kwargs):
+        with trio.fail_after(10):
+            return await make_agent(*args, **kwargs)
+
+    return make
+
+
 async def rejected(call, reason: str, field: str | None = None) -> HyphaeError:
     with pytest.raises(HyphaeError) as info:
         with trio.fail_after(10):
@@ -266,3 +277,28 @@ async def test_an_empty_scene_cannot_be_consolidated(service, make_agent):
     assert service.db.query_one("SELECT COUNT(*) FROM cells WHERE layer = 'L2'")[0] == 0
     await rejected(service.consolidate_scene(alice, scene_id=str(uuid.uuid4())), "not_found", "scene_id")
     await rejected(service.consolidate_scene(alice, scene_id="x"), "invalid_argument", "scene_id")
+
+
+async def test_a_sessions_cell_count_is_its_memories_not_its_summary(service, make_agent):
+    alice, _ = await make_agent()
+    with trio.fail_after(10):
+        session = await service.start_session(alice, project="p")
+    await store(service, alice, "first finding")
+    await store(service, alice, "second finding", "Lesson")
+    with trio.fail_after(10):
+        await service.consolidate_scene(alice, scene_id=session["scene_id"])  # allowed while the session is open
+        ended = await service.end_session(alice, session_id=session["session_id"])
+    assert ended["cell_count"] == 2
+    scene = await service.get_scene(alice, scene_id=session["scene_id"])
+    assert scene["cell_count"] == 2
+
+
+async def test_ending_again_answers_the_same_after_a_consolidation(service, make_agent):
+    alice, _ = await make_agent()
+    with trio.fail_after(10):
+        session = await service.start_session(alice, project="p")
+    await store(service, alice, "first finding")
+    with trio.fail_after(10):
+        ended = await service.end_session(alice, session_id=session["session_id"])
+        await service.consolidate_scene(alice, scene_id=session["scene_id"])
+        assert await service.end_session(alice, session_id=session["session_id"]) == ended

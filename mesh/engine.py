@@ -1,0 +1,602 @@
+"""The sans-IO mesh engine: ``handle(event, now_ms) -> effects``.
+
+Theory of operation
+-------------------
+The engine is a pure state machine. The runtime (trio + HTTP in production, the
+virtual network in tests and the simulator) feeds it events and a clock reading and
+carries out the effects it returns; the engine never reads a clock, never sleeps and
+never touches a socket. Five parts, one module each:
+
+* **membership** (:mod:`mesh.membership`): peers by id and address, the key ring of
+  verified origins, and the alive/suspect/dead liveness table.
+* **control plane** (:mod:`mesh.control`): ``peer``, ``beacon``/``unbeacon`` and
+  ``scene`` diffs replicated to every member by Scuttlebutt push-pull anti-entropy
+  with one random live peer every ``gossip_interval_ms``.
+* **data plane** (:mod:`mesh.routing`, :mod:`mesh.outbox`): a stored cell becomes a
+  signed diff; the origin matches it against every known beacon and pushes it to the
+  owners, batched per peer, highest energy first, acknowledged and retransmitted.
+* **repair** (:mod:`mesh.repair`): on (re)connect and periodically, ask a peer for
+  what matches my beacons in its log after the position it last served me.
+* **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
+  replay and clock skew; every diff for membership, signature and duplication. Each
+  rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
+  for bad input.
+
+Timers are named (``gossip``, ``liveness``, ``repair``, ``outbox``); each firing
+re-arms its own timer, and ``SetTimer`` is emitted only when a deadline changes.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import random
+from collections.abc import Callable
+from typing import Any
+
+from .config import EnergyParams, MeshConfig
+from .control import ControlState
+from .errors import MeshError, Reason
+from .events import (
+    ApplyRemoteBeacon, ApplyScene, ApplyTombstone, BeaconPlaced, BeaconRemoved, CellForgotten, CellStored,
+    Effect, Event, FrameReceived, PeerDiscovered, PeerStateChanged, RemoveRemoteBeacon, SceneChanged,
+    SendFailed, SendFrame, SetTimer, Started, StoreRemoteCell, TimerFired,
+)  # fmt: skip
+from .identity import NodeIdentity, node_id_for
+from .membership import Keyring, Liveness, Peer, PeerState, PeerTable
+from .memory import DiffLog
+from .outbox import Batch, Outbox
+from .repair import RepairClient, answer_repair
+from .routing import BeaconIndex, FullView, RoutingPolicy
+from .team import FRAME_OVERHEAD, FrameSealer
+from .wire import (
+    CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, DiffKind, Envelope, MsgType, Payload,
+    PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope, encode_envelope, sign_diff,
+)  # fmt: skip
+
+__all__ = ["MeshEngine", "Counters"]
+
+Signer = Callable[[bytes], bytes]
+Verifier = Callable[[bytes, bytes, bytes], bool]  # (public_key, signature, message)
+
+_GOSSIP, _LIVENESS, _REPAIR, _OUTBOX = "gossip", "liveness", "repair", "outbox"
+
+
+@dataclasses.dataclass
+class Counters:
+    """What ``hyphae peers/status`` and the simulator read. Plain numbers only."""
+
+    frames_sent: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # data/control
+    bytes_sent: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # data/control
+    data_diffs_sent: int = 0
+    frames_received: int = 0
+    bytes_received: int = 0
+    diffs_accepted: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by kind
+    cells_delivered: int = 0
+    repairs_requested: int = 0
+    drops: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by reason
+
+
+class MeshEngine:
+    """One node's protocol state. See the module docstring for how it works."""
+
+    def __init__(
+        self,
+        identity_or_node_id: NodeIdentity | str,
+        config: MeshConfig,
+        store: DiffLog,
+        *,
+        energy: EnergyParams,
+        signer: Signer | None = None,
+        verifier: Verifier | None = None,
+        public_key: bytes | None = None,
+        sealer: FrameSealer | Any | None = None,
+        rng: random.Random | None = None,
+        router: Callable[["MeshEngine"], RoutingPolicy] | None = None,
+    ) -> None:
+        if isinstance(identity_or_node_id, NodeIdentity):
+            self.node_id = identity_or_node_id.node_id
+            public_key = identity_or_node_id.public_key
+            signer = signer or identity_or_node_id.sign
+        else:
+            self.node_id = identity_or_node_id
+        if public_key is None or signer is None:
+            raise ValueError("a bare node id needs public_key= and signer=")
+        if node_id_for(public_key) != self.node_id:
+            raise ValueError("node id does not match the public key")
+        self.config = config
+        self.store = store
+        self.energy = energy
+        self.public_key = public_key
+        self._sign = signer
+        self._verify = verifier or NodeIdentity.verify
+        self._sealer = sealer or config.team.sealer()
+        self._rng = rng or random.Random(self.node_id)
+        self._proof = config.team.membership_proof(public_key)
+        self.keyring = Keyring(config.team.is_member)
+        self.keyring.learn(self.node_id, public_key, self._proof)
+        self.peers = PeerTable(self.node_id)
+        self.control = ControlState()
+        self.beacons = BeaconIndex()
+        self.router: RoutingPolicy = router(self) if router else FullView(self.node_id, self.beacons, energy)
+        limits = config.limits
+        self._max_bytes = limits.max_frame_bytes - FRAME_OVERHEAD - 4096
+        self.outbox = Outbox(
+            queue_limit=config.send_queue_limit, max_inflight=config.max_inflight_batches,
+            max_diffs=limits.max_diffs, max_bytes=self._max_bytes, pacing_ms=config.flush_interval_ms,
+            ack_timeout_ms=config.ack_timeout_ms, max_attempts=config.max_attempts,
+        )  # fmt: skip
+        self.repair = RepairClient(config.repair_timeout_ms)
+        self.counters = Counters()
+        self._seq = store.max_seq(self.node_id)
+        self._contacts: dict[str, int] = {}  # unauthenticated address -> next try
+        self._repair_due: dict[str, int] = {}  # peer -> retry time after a not-ready reply
+        self._nonces: dict[bytes, int] = {}
+        self._nonce_order: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._timers: dict[str, int] = {}
+        self._next_repair_at: int | None = None  # set by Started
+        self._armed: dict[str, int] = {}
+        self._ping_ids = 0
+        self._now = 0
+        self._out: list[Effect] = []
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Started: self._on_started, CellStored: self._on_cell_stored, CellForgotten: self._on_cell_forgotten,
+            BeaconPlaced: self._on_beacon_placed, BeaconRemoved: self._on_beacon_removed,
+            SceneChanged: self._on_scene_changed, PeerDiscovered: self._on_peer_discovered,
+            FrameReceived: self._on_frame_received, SendFailed: self._on_send_failed, TimerFired: self._on_timer,
+        }  # fmt: skip
+        self._receivers: dict[MsgType, Callable[[Envelope, Peer], None]] = {
+            MsgType.DATA: self._on_data, MsgType.ACK: self._on_ack, MsgType.GOSSIP: self._on_gossip,
+            MsgType.REPAIR_REQUEST: self._on_repair_request, MsgType.REPAIR_REPLY: self._on_repair_reply,
+            MsgType.PING: self._on_ping, MsgType.PONG: lambda env, peer: None,
+        }  # fmt: skip
+
+    # -- the one entry point -----------------------------------------------------------
+
+    def handle(self, event: Event, now_ms: int) -> list[Effect]:
+        """Consume one event at ``now_ms``; return the effects to carry out, in order."""
+        self._now = now_ms
+        self._out = out = []
+        self._handlers[type(event)](event)
+        self._flush()
+        self._arm_timers()
+        self._out = []
+        return out
+
+    # -- local events ------------------------------------------------------------------
+
+    def _on_started(self, _: Started) -> None:
+        now = self._now
+        self._publish(PeerPayload(self.config.address))
+        self._timers[_GOSSIP] = now
+        self._timers[_LIVENESS] = now + self.config.probe_interval_ms // 2
+        self._next_repair_at = now + self._jitter(self.config.repair_interval_ms)
+
+    def _on_cell_stored(self, event: CellStored) -> None:
+        cell = event.cell
+        diff = self._sign_new(cell)
+        self.store.put(diff, self._now)
+        e0 = self.energy.initial(cell.salience, cell.cell_type)
+        wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
+        for peer_id in self.router.origin_targets(diff, cell, self._now):
+            self._enqueue(peer_id, wire, e0)
+
+    def _on_cell_forgotten(self, event: CellForgotten) -> None:
+        ref = self.store.cell(event.node_id)
+        payload = TombstonePayload(
+            event.node_id, event.tenant_id, self._now, ref.origin if ref else None, ref.seq if ref else 0
+        )
+        diff = self._sign_new(payload)
+        self.store.put(diff, self._now)
+        if ref is None or not isinstance(ref.payload, CellPayload):
+            return  # nobody was sent the cell by us; repair carries the tombstone to holders
+        cell = ref.payload
+        e0 = self.energy.initial(cell.salience, cell.cell_type)
+        targets = self.router.origin_targets(diff, cell, self._now)
+        if ref.origin != self.node_id:
+            targets.add(ref.origin)
+        wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
+        for peer_id in targets:
+            self._enqueue(peer_id, wire, e0)
+
+    def _on_beacon_placed(self, event: BeaconPlaced) -> None:
+        self._publish(event.beacon)
+
+    def _on_beacon_removed(self, event: BeaconRemoved) -> None:
+        self._publish(UnbeaconPayload(event.beacon_id, event.tenant_id))
+
+    def _on_scene_changed(self, event: SceneChanged) -> None:
+        scene = event.scene
+        self._publish(ScenePayload(str(scene["scene_id"]), str(scene["tenant_id"]), dict(scene)))
+
+    def _on_peer_discovered(self, event: PeerDiscovered) -> None:
+        if event.address == self.config.address or self.peers.by_address(event.address):
+            return
+        if event.peer_id and (peer := self.peers.get(event.peer_id)) is not None:
+            self.peers.learn(peer.node_id, event.address, self._now)
+            return
+        self._contacts[event.address] = self._now + self.config.dead_probe_interval_ms
+        self._send_gossip(event.address)
+
+    def _on_send_failed(self, event: SendFailed) -> None:
+        peer = self.peers.by_address(event.address)
+        if peer is not None:
+            self._liveness(peer, Liveness.FAILED)
+
+    # -- timers ------------------------------------------------------------------------
+
+    def _on_timer(self, event: TimerFired) -> None:
+        due = self._timers.get(event.name)
+        if due is None or self._now < due:
+            return  # stale or early: the current deadline is later
+        if event.name == _GOSSIP:
+            self._gossip_round()
+            self._timers[_GOSSIP] = self._now + self._jitter(self.config.gossip_interval_ms)
+        elif event.name == _LIVENESS:
+            self._liveness_round()
+            self._timers[_LIVENESS] = self._now + self.config.probe_interval_ms // 2
+        elif event.name == _REPAIR:
+            self._repair_round()
+        elif event.name == _OUTBOX:
+            self._expire_batches()
+
+    def _arm_timers(self) -> None:
+        self._timers[_OUTBOX] = self.outbox.next_deadline()  # type: ignore[assignment]
+        repair_at = min(self._repair_due.values(), default=self._next_repair_at)
+        if self._next_repair_at is not None:
+            repair_at = min(repair_at, self._next_repair_at)
+        self._timers[_REPAIR] = repair_at  # type: ignore[assignment]
+        for name, at in self._timers.items():
+            if at is not None and self._armed.get(name) != at:
+                self._armed[name] = at
+                self._out.append(SetTimer(name, at))
+
+    def _jitter(self, interval: int) -> int:
+        spread = self.config.gossip_jitter * interval
+        return max(1, int(interval + self._rng.uniform(-spread, spread)))
+
+    # -- publishing our own diffs ------------------------------------------------------
+
+    def _sign_new(self, payload: Payload) -> Diff:
+        self._seq += 1
+        return sign_diff(payload, origin=self.node_id, seq=self._seq, ts=self._now, sign=self._sign)
+
+    def _publish(self, payload: Payload) -> None:
+        """A control diff of ours: record it; anti-entropy spreads it (start a round now)."""
+        diff = self._sign_new(payload)
+        self.control.apply(diff)
+        self.store.put(diff, self._now)
+        self._gossip_round()
+
+    # -- sending -----------------------------------------------------------------------
+
+    def _keys_for(self, diffs: tuple[Diff, ...] | list[Diff]) -> dict[str, tuple[bytes, bytes]]:
+        keys = {self.node_id: (self.public_key, self._proof)}
+        for diff in diffs:
+            if diff.origin not in keys and (entry := self.keyring.get(diff.origin)) is not None:
+                keys[diff.origin] = entry
+        return keys
+
+    def _send(self, address: str, mtype: MsgType, diffs: tuple[Diff, ...] = (), **fields: Any) -> None:
+        env = Envelope(
+            mtype, self._now, self.config.address, self._keys_for(diffs) if diffs else self._keys_for(()),
+            diffs, **fields,
+        )  # fmt: skip
+        frame = self._sealer.seal(self.node_id, encode_envelope(env))
+        data_bytes = sum(d.size for d in diffs if d.kind in DATA_KINDS)
+        lane = "data" if data_bytes else "control"
+        self.counters.frames_sent[lane] += 1
+        self.counters.bytes_sent[lane] += len(frame)
+        if data_bytes:
+            self.counters.data_diffs_sent += sum(1 for d in diffs if d.kind in DATA_KINDS)
+        self._out.append(SendFrame(address, frame, data_bytes, not data_bytes))
+
+    def _enqueue(self, peer_id: str, diff: Diff, energy: float) -> None:
+        peer = self.peers.get(peer_id)
+        if peer is None or peer.state is PeerState.DEAD:
+            self._drop(Reason.PEER_DEAD)
+            return
+        if self.outbox.enqueue(peer_id, diff, energy):
+            self._drop(Reason.QUEUE_FULL)
+
+    def _flush(self) -> None:
+        if not self.outbox.ready:
+            return
+        for peer_id in sorted(self.outbox.ready):
+            peer = self.peers.get(peer_id)
+            if peer is None or peer.state is PeerState.DEAD:
+                self._drop(Reason.PEER_DEAD, self.outbox.drop_peer(peer_id))
+                continue
+            batch = self.outbox.take(peer_id, self._now)
+            if batch is not None:
+                self._send_batch(peer, batch)
+
+    def _send_batch(self, peer: Peer, batch: Batch) -> None:
+        self._send(peer.address, MsgType.DATA, tuple(d for _, _, d in batch.items), batch_id=batch.batch_id)
+
+    def _expire_batches(self) -> None:
+        failing, gave_up = self.outbox.expire(self._now)
+        self._drop(Reason.GAVE_UP, gave_up)
+        for peer_id in failing:
+            if (peer := self.peers.get(peer_id)) is not None:
+                self._liveness(peer, Liveness.FAILED)
+
+    def _drop(self, reason: str, count: int = 1) -> None:
+        if count:
+            self.counters.drops[reason] += count
+
+    # -- receiving: admission ----------------------------------------------------------
+
+    def _on_frame_received(self, event: FrameReceived) -> None:
+        self.counters.frames_received += 1
+        self.counters.bytes_received += len(event.frame)
+        try:
+            sender_id, nonce, plaintext = self._sealer.open(event.frame)
+            env = decode_envelope(plaintext, self.config.limits)
+        except MeshError as exc:
+            self._drop(exc.reason)
+            return
+        if sender_id == self.node_id or not self._fresh(env, nonce):
+            return
+        entry = env.keys.get(sender_id)
+        if self.keyring.get(sender_id) is None and (entry is None or not self.keyring.learn(sender_id, *entry)):
+            self._drop(Reason.NOT_MEMBER)
+            return
+        peer = self._heard(sender_id, env.sender_address or event.address, event.address)
+        self._receivers[env.type](env, peer)
+
+    def _fresh(self, env: Envelope, nonce: bytes) -> bool:
+        """Reject frames from the future, frames too old, and frames seen before."""
+        now = self._now
+        if env.sent_at > now + self.config.max_future_skew_ms:
+            self._drop(Reason.FUTURE)
+            return False
+        if env.sent_at < now - self.config.frame_max_age_ms or nonce in self._nonces:
+            self._drop(Reason.REPLAY)
+            return False
+        order = self._nonce_order
+        while order and order[0][0] < now:
+            del self._nonces[order.popleft()[1]]
+        expires = env.sent_at + self.config.frame_max_age_ms + self.config.max_future_skew_ms
+        self._nonces[nonce] = expires
+        order.append((max(expires, order[-1][0] if order else expires), nonce))
+        return True
+
+    def _heard(self, sender_id: str, address: str, source: str) -> Peer:
+        peer, is_new = self.peers.learn(sender_id, address, self._now)
+        self._contacts.pop(address, None)
+        self._contacts.pop(source, None)
+        if is_new:
+            self._out.append(PeerStateChanged(sender_id, peer.address, peer.state.value))
+            self._request_repair(peer)
+        self._liveness(peer, Liveness.HEARD)
+        return peer
+
+    def _admit(self, diff: Diff, env: Envelope) -> bool:
+        """Timestamp, membership and signature of one diff."""
+        if diff.ts > self._now + self.config.max_future_skew_ms:
+            self._drop(Reason.FUTURE)
+            return False
+        key = self.keyring.get(diff.origin)
+        if key is None:
+            entry = env.keys.get(diff.origin)
+            if entry is None:
+                self._drop(Reason.UNKNOWN_ORIGIN)
+                return False
+            if not self.keyring.learn(diff.origin, *entry):
+                self._drop(Reason.NOT_MEMBER)
+                return False
+            key = entry
+        if not self._verify(key[0], diff.signature, diff.signed):
+            self._drop(Reason.BAD_SIGNATURE)
+            return False
+        return True
+
+    # -- receiving: the data plane -----------------------------------------------------
+
+    def _on_data(self, env: Envelope, peer: Peer) -> None:
+        for diff in env.diffs:
+            self._accept_data(diff, env, peer, relay=True)
+        self._send(peer.address, MsgType.ACK, acks=(env.batch_id,))
+
+    def _on_ack(self, env: Envelope, peer: Peer) -> None:
+        for batch_id in env.acks:
+            self.outbox.acked(peer.node_id, batch_id)
+
+    def _accept_data(self, diff: Diff, env: Envelope, sender: Peer, relay: bool) -> None:
+        if diff.kind not in DATA_KINDS:
+            self._drop(Reason.MALFORMED)
+            return
+        if self.store.has(diff.origin, diff.seq) or diff.origin == self.node_id:
+            self._drop(Reason.DUPLICATE)
+            return
+        if not self._admit(diff, env):
+            return
+        self.store.put(diff, self._now)
+        self.counters.diffs_accepted[diff.kind.name.lower()] += 1
+        p = diff.payload
+        cell: CellPayload | None = None
+        if isinstance(p, CellPayload):
+            cell = p
+            self.counters.cells_delivered += 1
+            self._out.append(StoreRemoteCell(p, diff.origin, diff.hops, diff.signature, diff.seq))
+        elif isinstance(p, TombstonePayload):
+            self._out.append(ApplyTombstone(p.cell_id, p.tenant_id, diff.origin, p.forgotten_at))
+            ref = self.store.cell(p.cell_id)
+            cell = ref.payload if ref is not None and isinstance(ref.payload, CellPayload) else None
+        if relay and diff.ttl > 0 and cell is not None:
+            targets = self.router.relay_targets(diff, cell, sender.node_id, self._now)
+            if targets:
+                e0 = self.energy.initial(cell.salience, cell.cell_type)
+                onward = diff.routed(hops=diff.hops + 1, ttl=diff.ttl - 1)
+                for peer_id in targets - {diff.origin, sender.node_id, self.node_id}:
+                    self._enqueue(peer_id, onward, e0)
+
+    # -- receiving: the control plane --------------------------------------------------
+
+    def _on_gossip(self, env: Envelope, peer: Peer) -> None:
+        for diff in env.diffs:
+            self._accept_control(diff, env)
+        if env.digest is None or not env.reply_wanted:
+            return
+        limits = self.config.limits
+        delta = self.control.delta_for(env.digest, limits.max_diffs, self._max_bytes)
+        need = self.control.needs_from(env.digest)
+        if delta or need:
+            self._send(
+                peer.address, MsgType.GOSSIP, tuple(delta),
+                digest=self.control.digest() if need else None, reply_wanted=need,
+            )  # fmt: skip
+
+    def _accept_control(self, diff: Diff, env: Envelope) -> None:
+        if diff.kind not in CONTROL_KINDS:
+            self._drop(Reason.MALFORMED)
+            return
+        if diff.origin == self.node_id or not self.control.is_new(diff):
+            self._drop(Reason.STALE)
+            return
+        if not self._admit(diff, env):
+            return
+        self.control.apply(diff)
+        self.counters.diffs_accepted[diff.kind.name.lower()] += 1
+        p, origin = diff.payload, diff.origin
+        if isinstance(p, BeaconPayload):
+            self.beacons.add(p, origin, diff.ts)
+            self._out.append(ApplyRemoteBeacon(p, origin))
+        elif isinstance(p, UnbeaconPayload):
+            self.beacons.remove(p.beacon_id)
+            self._out.append(RemoveRemoteBeacon(p.beacon_id, p.tenant_id, origin))
+        elif isinstance(p, ScenePayload):
+            self._out.append(ApplyScene(p.data, origin))
+        elif isinstance(p, PeerPayload):
+            peer, is_new = self.peers.learn(origin, p.address, self._now)
+            if is_new:
+                self._out.append(PeerStateChanged(origin, peer.address, peer.state.value))
+
+    def _gossip_round(self) -> None:
+        live = self.peers.in_state(PeerState.ALIVE, PeerState.SUSPECT)
+        if live:
+            self._send_gossip(self._rng.choice(live).address)
+        now = self._now
+        for address, due in list(self._contacts.items()):
+            if due <= now:
+                self._contacts[address] = now + self.config.dead_probe_interval_ms
+                self._send_gossip(address)
+
+    def _send_gossip(self, address: str) -> None:
+        self._send(address, MsgType.GOSSIP, digest=self.control.digest(), reply_wanted=True)
+
+    # -- liveness ----------------------------------------------------------------------
+
+    def _liveness(self, peer: Peer, event: Liveness) -> None:
+        before = peer.state
+        new = self.peers.apply(peer, event, self._now)
+        if new is None:
+            return
+        self._out.append(PeerStateChanged(peer.node_id, peer.address, new.value))
+        if new is PeerState.DEAD:
+            self._drop(Reason.PEER_DEAD, self.outbox.drop_peer(peer.node_id))
+            self.repair.forget(peer.node_id)
+        elif new is PeerState.ALIVE and before is not PeerState.ALIVE:
+            self._request_repair(peer)  # reconnected: catch up on what we missed
+
+    def _liveness_round(self) -> None:
+        cfg, now = self.config, self._now
+        probes = 0
+        for peer in list(self.peers):
+            if peer.ping_nonce and now - peer.ping_sent_at >= cfg.ping_timeout_ms:
+                peer.ping_nonce = 0
+                self._liveness(peer, Liveness.FAILED)
+            if peer.state is PeerState.SUSPECT and now - peer.changed_at >= cfg.suspect_timeout_ms:
+                self._liveness(peer, Liveness.EXPIRED)
+            if peer.ping_nonce or probes >= cfg.max_probes_per_round:
+                continue
+            idle = now - max(peer.heard_at, peer.ping_sent_at)
+            limit = cfg.dead_probe_interval_ms if peer.state is PeerState.DEAD else cfg.probe_interval_ms
+            if idle >= limit:
+                self._ping_ids += 1
+                peer.ping_nonce, peer.ping_sent_at = self._ping_ids, now
+                self._send(peer.address, MsgType.PING, nonce=self._ping_ids)
+                probes += 1
+
+    def _on_ping(self, env: Envelope, peer: Peer) -> None:
+        self._send(peer.address, MsgType.PONG, nonce=env.nonce)
+
+    # -- repair ------------------------------------------------------------------------
+
+    def _repair_round(self) -> None:
+        now = self._now
+        for peer_id, due in list(self._repair_due.items()):
+            if due <= now:
+                del self._repair_due[peer_id]
+                if (peer := self.peers.get(peer_id)) is not None and peer.state is not PeerState.DEAD:
+                    self._request_repair(peer)
+        if self._next_repair_at is not None and self._next_repair_at <= now:
+            live = self.peers.in_state(PeerState.ALIVE)
+            if live:
+                self._request_repair(self._rng.choice(live))
+            self._next_repair_at = now + self._jitter(self.config.repair_interval_ms)
+
+    def _request_repair(self, peer: Peer) -> None:
+        started = self.repair.start(peer.node_id, self._now)
+        if started is None:
+            return
+        request_id, since = started
+        self.counters.repairs_requested += 1
+        self._send(
+            peer.address, MsgType.REPAIR_REQUEST, request_id=request_id, since=since,
+            limit=self.config.repair_scan_limit, version=self.control.version(self.node_id),
+        )  # fmt: skip
+
+    def _on_repair_request(self, env: Envelope, peer: Peer) -> None:
+        if self.control.version(peer.node_id) < env.version:
+            # We have not yet seen all of its beacons: answer "not ready", gossip with it now.
+            self._send(peer.address, MsgType.REPAIR_REPLY, request_id=env.request_id, upto=env.since, ready=False)
+            self._send_gossip(peer.address)
+            return
+        answer = answer_repair(
+            self.store, self.beacons.of_owner(peer.node_id), requester=peer.node_id, since=env.since,
+            scan_limit=max(1, min(env.limit, self.config.repair_scan_limit)), max_diffs=self.config.limits.max_diffs,
+            max_bytes=self._max_bytes, grace_ms=self.config.repair_grace_ms, energy=self.energy, now=self._now,
+        )  # fmt: skip
+        self._send(
+            peer.address, MsgType.REPAIR_REPLY, tuple(answer.diffs), request_id=env.request_id,
+            upto=answer.upto, more=answer.more, ready=True,
+        )  # fmt: skip
+
+    def _on_repair_reply(self, env: Envelope, peer: Peer) -> None:
+        for diff in env.diffs:
+            self._accept_data(diff, env, peer, relay=False)
+        if not self.repair.finish(peer.node_id, env.request_id, env.upto, env.ready):
+            return
+        if not env.ready:
+            self._repair_due[peer.node_id] = self._now + 2 * self.config.gossip_interval_ms
+        elif env.more:
+            self._request_repair(peer)
+
+    # -- status ------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Peers, queues and counters as plain data (for ``hyphae peers/status``)."""
+        c = self.counters
+        return {
+            "node_id": self.node_id,
+            "address": self.config.address,
+            "peers": [
+                {
+                    "node_id": p.node_id, "address": p.address, "state": p.state.value, "heard_at": p.heard_at,
+                    "queue_depth": self.outbox.depth(p.node_id), "inflight_batches": self.outbox.inflight(p.node_id),
+                }  # fmt: skip
+                for p in self.peers
+            ],
+            "beacons_known": len(self.beacons),
+            "frames_sent": dict(c.frames_sent),
+            "bytes_sent": dict(c.bytes_sent),
+            "data_diffs_sent": c.data_diffs_sent,
+            "frames_received": c.frames_received,
+            "bytes_received": c.bytes_received,
+            "diffs_accepted": dict(c.diffs_accepted),
+            "cells_delivered": c.cells_delivered,
+            "repairs_requested": c.repairs_requested,
+            "drops": dict(c.drops),
+        }

@@ -1,0 +1,142 @@
+"""Per-peer send queues with energy priority, pacing and acknowledged batches.
+
+Each peer has a bounded queue ordered by energy, highest first. A flush takes the
+front of the queue into one DATA batch when the peer has a free in-flight slot and
+its pacing gap has passed, so a burst of stores becomes a few large batches instead
+of many small frames. A full queue drops its lowest-energy diff (repair recovers it
+later). A batch not acknowledged within ``ack_timeout_ms`` is put back in the queue,
+up to ``max_attempts`` sends per diff; then it is given up, and the peer is reported
+as failing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+
+from .wire import Diff
+
+__all__ = ["Outbox", "Batch"]
+
+
+@dataclasses.dataclass(slots=True)
+class Batch:
+    batch_id: int
+    peer_id: str
+    items: list[tuple[float, int, Diff]]  # (energy, attempts, diff)
+    deadline: int
+
+
+@dataclasses.dataclass(slots=True)
+class _Lane:
+    queue: list[tuple[float, int, int, Diff]] = dataclasses.field(default_factory=list)  # (-energy, order, attempts, diff)
+    inflight: dict[int, Batch] = dataclasses.field(default_factory=dict)
+    next_send_at: int = 0
+
+
+class Outbox:
+    def __init__(
+        self, *, queue_limit: int, max_inflight: int, max_diffs: int, max_bytes: int,
+        pacing_ms: int, ack_timeout_ms: int, max_attempts: int,
+    ) -> None:  # fmt: skip
+        self.queue_limit = queue_limit
+        self.max_inflight = max_inflight
+        self.max_diffs = max_diffs
+        self.max_bytes = max_bytes
+        self.pacing_ms = pacing_ms
+        self.ack_timeout_ms = ack_timeout_ms
+        self.max_attempts = max_attempts
+        self._lanes: dict[str, _Lane] = {}
+        self._batches: dict[int, Batch] = {}
+        self._order = itertools.count()
+        self._batch_ids = itertools.count(1)
+        self.ready: set[str] = set()  # peers with queued diffs
+
+    def enqueue(self, peer_id: str, diff: Diff, energy: float, attempts: int = 0) -> int:
+        """Queue a diff; returns how many diffs overflow dropped (0 or 1)."""
+        lane = self._lanes.get(peer_id)
+        if lane is None:
+            lane = self._lanes[peer_id] = _Lane()
+        bisect.insort(lane.queue, (-energy, next(self._order), attempts, diff))
+        self.ready.add(peer_id)
+        if len(lane.queue) > self.queue_limit:
+            lane.queue.pop()  # lowest energy, newest among equals
+            return 1
+        return 0
+
+    def take(self, peer_id: str, now: int) -> Batch | None:
+        """The next batch for ``peer_id``, if its window and pacing allow one now."""
+        lane = self._lanes.get(peer_id)
+        if lane is None or not lane.queue:
+            self.ready.discard(peer_id)
+            return None
+        if len(lane.inflight) >= self.max_inflight or now < lane.next_send_at:
+            return None
+        count, size = 0, 0
+        for _, _, _, diff in lane.queue:
+            if count >= self.max_diffs or (count and size + diff.size > self.max_bytes):
+                break
+            count += 1
+            size += diff.size
+        taken, lane.queue = lane.queue[:count], lane.queue[count:]
+        if not lane.queue:
+            self.ready.discard(peer_id)
+        batch = Batch(
+            next(self._batch_ids), peer_id, [(-neg, att + 1, d) for neg, _, att, d in taken], now + self.ack_timeout_ms
+        )
+        lane.inflight[batch.batch_id] = batch
+        self._batches[batch.batch_id] = batch
+        lane.next_send_at = now + self.pacing_ms
+        return batch
+
+    def acked(self, peer_id: str, batch_id: int) -> bool:
+        batch = self._batches.get(batch_id)
+        if batch is None or batch.peer_id != peer_id:
+            return False
+        del self._batches[batch_id]
+        self._lanes[peer_id].inflight.pop(batch_id, None)
+        return True
+
+    def expire(self, now: int) -> tuple[list[str], int]:
+        """Requeue unacknowledged batches; returns (peers whose batches gave up, diffs given up)."""
+        failing: list[str] = []
+        gave_up = 0
+        for batch in [b for b in self._batches.values() if b.deadline <= now]:
+            del self._batches[batch.batch_id]
+            self._lanes[batch.peer_id].inflight.pop(batch.batch_id, None)
+            for energy, attempts, diff in batch.items:
+                if attempts >= self.max_attempts:
+                    gave_up += 1
+                    if batch.peer_id not in failing:
+                        failing.append(batch.peer_id)
+                else:
+                    self.enqueue(batch.peer_id, diff, energy, attempts)
+        return failing, gave_up
+
+    def drop_peer(self, peer_id: str) -> int:
+        """Forget everything queued or in flight for a peer; returns the diff count."""
+        lane = self._lanes.pop(peer_id, None)
+        self.ready.discard(peer_id)
+        if lane is None:
+            return 0
+        for batch_id in lane.inflight:
+            self._batches.pop(batch_id, None)
+        return len(lane.queue) + sum(len(b.items) for b in lane.inflight.values())
+
+    def depth(self, peer_id: str) -> int:
+        lane = self._lanes.get(peer_id)
+        return len(lane.queue) if lane else 0
+
+    def inflight(self, peer_id: str) -> int:
+        lane = self._lanes.get(peer_id)
+        return len(lane.inflight) if lane else 0
+
+    def next_deadline(self) -> int | None:
+        """When the outbox next needs the engine: a pacing gap ends or an ack times out."""
+        times = [b.deadline for b in self._batches.values()]
+        for peer_id in self.ready:
+            lane = self._lanes[peer_id]
+            if lane.queue and len(lane.inflight) < self.max_inflight:
+                times.append(lane.next_send_at)
+        return min(times) if times else None

@@ -1,0 +1,138 @@
+"""Repair: fetch the cells that match my beacons and that a peer holds.
+
+The requester remembers, per peer, how far into that peer's log it has been served
+(``mark``, a position local to the peer). A request says "after position p, what
+matches my beacons?" plus the requester's own control version; the responder answers
+only once it knows the requester's beacons at least that recent (``ready``), so a
+beacon placed just before a partition is never skipped. Any holder can answer, so a
+partition heals without the origin being online.
+
+Requests go out on (re)connect (a peer heard for the first time, or again after it
+was suspect or dead) and every ``repair_interval_ms`` to a random live peer. The
+responder scans at most ``repair_scan_limit`` log entries per request and says
+``more`` when there is more to scan; decayed cells (energy below the floor) and cells
+older than the beacon are not sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+
+from .config import EnergyParams
+from .memory import DiffLog
+from .routing import IndexedBeacon, accepts
+from .wire import CellPayload, Diff, TombstonePayload
+
+__all__ = ["RepairClient", "RepairAnswer", "answer_repair"]
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    request_id: int
+    sent_at: int
+
+
+class RepairClient:
+    """The requester's side: marks per peer and at most one request in flight per peer."""
+
+    def __init__(self, timeout_ms: int) -> None:
+        self.timeout_ms = timeout_ms
+        self.marks: dict[str, int] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._ids = itertools.count(1)
+
+    def start(self, peer_id: str, now: int) -> tuple[int, int] | None:
+        """(request_id, since) for a new request, or None while one is in flight."""
+        pending = self._pending.get(peer_id)
+        if pending is not None and now - pending.sent_at < self.timeout_ms:
+            return None
+        request_id = next(self._ids)
+        self._pending[peer_id] = _Pending(request_id, now)
+        return request_id, self.marks.get(peer_id, 0)
+
+    def finish(self, peer_id: str, request_id: int, upto: int, ready: bool) -> bool:
+        """Record a reply; False if it answers no request of ours."""
+        pending = self._pending.get(peer_id)
+        if pending is None or pending.request_id != request_id:
+            return False
+        del self._pending[peer_id]
+        if ready:
+            self.marks[peer_id] = max(self.marks.get(peer_id, 0), upto)
+        return True
+
+    def forget(self, peer_id: str) -> None:
+        self._pending.pop(peer_id, None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RepairAnswer:
+    diffs: list[Diff]
+    upto: int
+    more: bool
+
+
+def answer_repair(
+    store: DiffLog, beacons: list[IndexedBeacon], *, requester: str, since: int, scan_limit: int,
+    max_diffs: int, max_bytes: int, grace_ms: int, energy: EnergyParams, now: int,
+) -> RepairAnswer:  # fmt: skip
+    """The diffs after ``since`` in our log that match one of ``beacons``."""
+    scanned = store.scan(since, scan_limit)
+    if not scanned:
+        return RepairAnswer([], since, False)
+    more = len(scanned) == scan_limit
+    wanted = _matching(scanned, store, beacons, requester, grace_ms, energy, now) if beacons else set()
+    out: list[Diff] = []
+    size = 0
+    upto = since
+    for lsn, diff in scanned:
+        if lsn in wanted:
+            if len(out) >= max_diffs or size + diff.size > max_bytes:
+                return RepairAnswer(out, upto, True)
+            out.append(diff.routed(hops=diff.hops + 1, ttl=0))
+            size += diff.size
+        upto = lsn
+    return RepairAnswer(out, upto, more)
+
+
+def _matching(
+    scanned: list[tuple[int, Diff]], store: DiffLog, beacons: list[IndexedBeacon], requester: str,
+    grace_ms: int, energy: EnergyParams, now: int,
+) -> set[int]:  # fmt: skip
+    """Log positions whose cell (or tombstoned cell) one of the beacons accepts."""
+    cells: list[tuple[int, CellPayload]] = []
+    for lsn, diff in scanned:
+        if diff.origin == requester:
+            continue
+        p = diff.payload
+        if isinstance(p, TombstonePayload):
+            ref = store.cell(p.cell_id)
+            if ref is not None and isinstance(ref.payload, CellPayload):
+                cells.append((lsn, ref.payload))
+        elif isinstance(p, CellPayload):
+            cells.append((lsn, p))
+    wanted: set[int] = set()
+    by_shape: dict[tuple[str, int], list[tuple[int, CellPayload]]] = {}
+    for lsn, cell in cells:
+        by_shape.setdefault((cell.embedding_space, cell.embedding.shape[0]), []).append((lsn, cell))
+    for (space, dim), group in by_shape.items():
+        relevant = [b for b in beacons if b.beacon.embedding_space == space and b.beacon.embedding.shape == (dim,)]
+        if not relevant:
+            continue
+        matrix = np.stack([c.embedding for _, c in group])
+        e0 = np.array([energy.initial(c.salience, c.cell_type) for _, c in group], np.float32)
+        for entry in relevant:
+            sims = matrix @ entry.beacon.embedding
+            floor = energy.match_threshold(entry.beacon.threshold, e0)
+            for i in np.flatnonzero(sims >= floor).tolist():
+                lsn, cell = group[i]
+                if lsn in wanted or cell.created_at < entry.placed_at - grace_ms:
+                    continue
+                e0_i = float(e0[i])
+                if accepts(entry, cell, e0_i, now, energy) and energy.worth_repairing(
+                    e0_i, cell.cell_type, cell.created_at, now
+                ):
+                    wanted.add(lsn)
+    return wanted

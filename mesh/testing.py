@@ -1,0 +1,234 @@
+"""An in-memory network on a virtual clock that staples engines together.
+
+:class:`VirtualNetwork` carries :class:`SendFrame` effects between engines through a
+heap-ordered event queue, under a seeded ``random.Random``: per-link latency (which
+also reorders), loss, duplication and partitions. Timers are virtual too, so an hour
+of protocol time runs in well under a second. The simulator in ``simulations/``
+reuses it (add hosts, set link conditions, read ``stats`` and each host's records).
+
+:func:`fast_crypto` gives a keyed-hash signature scheme and :class:`PlainSealer` a
+frame "sealer" without encryption: real integrity checks that cost about a
+microsecond, for simulations only (anyone who knows a public key can forge).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+import itertools
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .config import EnergyParams, MeshConfig
+from .engine import MeshEngine
+from .errors import Reason, SealError
+from .events import (
+    ApplyRemoteBeacon, ApplyScene, ApplyTombstone, Effect, Event, FrameReceived, PeerStateChanged,
+    RemoveRemoteBeacon, SendFailed, SendFrame, SetTimer, Started, StoreRemoteCell, TimerFired,
+)  # fmt: skip
+from .identity import NodeIdentity, node_id_for
+from .memory import MemoryDiffLog
+from .team import FRAME_VERSION, Team
+
+__all__ = ["LinkConditions", "VirtualNetwork", "Host", "PlainSealer", "fast_crypto", "make_engine"]
+
+START_MS = 1_780_000_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkConditions:
+    latency_ms: tuple[int, int] = (5, 25)  # uniform; the spread reorders frames
+    loss: float = 0.0
+    duplicate: float = 0.0
+
+
+@dataclasses.dataclass
+class Host:
+    """One engine on the network, and what it was told to do."""
+
+    address: str
+    engine: MeshEngine
+    cells: dict[str, StoreRemoteCell] = dataclasses.field(default_factory=dict)
+    tombstones: dict[str, ApplyTombstone] = dataclasses.field(default_factory=dict)
+    remote_beacons: dict[str, ApplyRemoteBeacon] = dataclasses.field(default_factory=dict)
+    scenes: dict[str, ApplyScene] = dataclasses.field(default_factory=dict)
+    peer_states: dict[str, str] = dataclasses.field(default_factory=dict)
+    state_log: list[PeerStateChanged] = dataclasses.field(default_factory=list)
+
+    @property
+    def node_id(self) -> str:
+        return self.engine.node_id
+
+    def record(self, effect: Effect) -> None:
+        if isinstance(effect, StoreRemoteCell):
+            self.cells.setdefault(effect.cell.node_id, effect)
+        elif isinstance(effect, ApplyTombstone):
+            self.tombstones[effect.cell_id] = effect
+        elif isinstance(effect, ApplyRemoteBeacon):
+            self.remote_beacons[effect.beacon.beacon_id] = effect
+        elif isinstance(effect, RemoveRemoteBeacon):
+            self.remote_beacons.pop(effect.beacon_id, None)
+        elif isinstance(effect, ApplyScene):
+            self.scenes[str(effect.scene.get("scene_id"))] = effect
+        elif isinstance(effect, PeerStateChanged):
+            self.peer_states[effect.peer_id] = effect.state
+            self.state_log.append(effect)
+
+
+class VirtualNetwork:
+    """Engines, a virtual clock and a hostile-on-request network between them."""
+
+    def __init__(
+        self, *, seed: int = 0, link: LinkConditions | None = None, start_ms: int = START_MS,
+        report_send_failures: bool = False, send_failure_after_ms: int = 1000,
+    ) -> None:  # fmt: skip
+        self.rng = random.Random(seed)
+        self.now = start_ms
+        self.link = link or LinkConditions()
+        self.links: dict[tuple[str, str], LinkConditions] = {}
+        self.report_send_failures = report_send_failures
+        self.send_failure_after_ms = send_failure_after_ms
+        self.hosts: dict[str, Host] = {}
+        self.stats: Counter[str] = Counter()
+        self.on_effect: Callable[[Host, Effect], None] | None = None
+        self._queue: list[tuple[int, int, str, Event]] = []
+        self._order = itertools.count()
+        self._timers: dict[tuple[str, str], int] = {}
+        self._group: dict[str, int] = {}
+
+    # -- topology --------------------------------------------------------------------
+
+    def add(self, engine: MeshEngine) -> Host:
+        host = Host(engine.config.address, engine)
+        self.hosts[host.address] = host
+        return host
+
+    def partition(self, *groups: Iterable[str]) -> None:
+        """Cut the network: frames cross only within a group; unnamed hosts stay together."""
+        self._group = {address: i + 1 for i, group in enumerate(groups) for address in group}
+
+    def heal(self) -> None:
+        self._group = {}
+
+    def connected(self, a: str, b: str) -> bool:
+        return self._group.get(a, 0) == self._group.get(b, 0)
+
+    # -- driving ---------------------------------------------------------------------
+
+    def start(self, *addresses: str) -> None:
+        for address in addresses or tuple(self.hosts):
+            self.inject(address, Started())
+
+    def inject(self, address: str, event: Event) -> list[Effect]:
+        """Hand an event to one engine now, and carry out its effects."""
+        host = self.hosts[address]
+        effects = host.engine.handle(event, self.now)
+        for effect in effects:
+            self._carry_out(host, effect)
+        return effects
+
+    def schedule(self, at: int, address: str, event: Event) -> None:
+        heapq.heappush(self._queue, (at, next(self._order), address, event))
+
+    def run_for(self, ms: int) -> None:
+        self.run_until(self.now + ms)
+
+    def run_until(self, until_ms: int, stop: Callable[[], bool] | None = None) -> bool:
+        """Process events up to ``until_ms``; returns True if ``stop()`` became true."""
+        queue = self._queue
+        while queue and queue[0][0] <= until_ms:
+            at, _, address, event = heapq.heappop(queue)
+            if isinstance(event, TimerFired) and self._timers.get((address, event.name)) != at:
+                continue  # replaced by a later SetTimer
+            self.now = max(self.now, at)
+            self.inject(address, event)
+            if stop is not None and stop():
+                return True
+        self.now = max(self.now, until_ms)
+        return stop() if stop is not None else False
+
+    def _carry_out(self, host: Host, effect: Effect) -> None:
+        if isinstance(effect, SendFrame):
+            self._send(host.address, effect)
+        elif isinstance(effect, SetTimer):
+            self._timers[(host.address, effect.name)] = effect.at_ms
+            self.schedule(effect.at_ms, host.address, TimerFired(effect.name))
+        else:
+            host.record(effect)
+        if self.on_effect is not None:
+            self.on_effect(host, effect)
+
+    def _send(self, src: str, effect: SendFrame) -> None:
+        dst = effect.address
+        self.stats["frames_sent"] += 1
+        self.stats["data_frames_sent" if not effect.is_control else "control_frames_sent"] += 1
+        link = self.links.get((src, dst), self.link)
+        if dst not in self.hosts or not self.connected(src, dst):
+            self.stats["frames_cut"] += 1
+            if self.report_send_failures:
+                self.schedule(self.now + self.send_failure_after_ms, src, SendFailed(dst))
+            return
+        rng = self.rng
+        if link.loss and rng.random() < link.loss:
+            self.stats["frames_lost"] += 1
+            return
+        copies = 2 if link.duplicate and rng.random() < link.duplicate else 1
+        self.stats["frames_duplicated"] += copies - 1
+        low, high = link.latency_ms
+        for _ in range(copies):
+            self.schedule(self.now + rng.randint(low, high), dst, FrameReceived(src, effect.frame))
+
+
+# -- cheap crypto for simulations -------------------------------------------------------
+
+
+def fast_crypto(rng: random.Random) -> tuple[str, bytes, Callable[[bytes], bytes], Callable[[bytes, bytes, bytes], bool]]:
+    """``(node_id, public_key, signer, verifier)`` with a keyed BLAKE2b "signature"."""
+    public_key = rng.randbytes(32)
+
+    def sign(message: bytes) -> bytes:
+        return hashlib.blake2b(message, key=public_key).digest()
+
+    return node_id_for(public_key), public_key, sign, _fast_verify
+
+
+def _fast_verify(public_key: bytes, signature: bytes, message: bytes) -> bool:
+    return hashlib.blake2b(message, key=public_key).digest() == signature
+
+
+class PlainSealer:
+    """Frame layout of :class:`mesh.team.FrameSealer`, with a checksum and no secrecy."""
+
+    def __init__(self, team: Team, rng: random.Random) -> None:
+        self._tag = hashlib.sha256(team.team_key).digest()[:16]
+        self._rng = rng
+
+    def seal(self, sender_id: str, plaintext: bytes) -> bytes:
+        header = bytes([FRAME_VERSION]) + bytes.fromhex(sender_id) + self._rng.randbytes(12)
+        return header + plaintext + hashlib.blake2b(header + plaintext, key=self._tag, digest_size=16).digest()
+
+    def open(self, frame: bytes) -> tuple[str, bytes, bytes]:
+        if len(frame) < 45 or frame[0] != FRAME_VERSION:
+            raise SealError(Reason.MALFORMED, "not a frame")
+        body, tag = frame[:-16], frame[-16:]
+        if hashlib.blake2b(body, key=self._tag, digest_size=16).digest() != tag:
+            raise SealError(Reason.DECRYPT_FAILED, "frame does not check out under the team key")
+        return body[1:17].hex(), body[17:29], body[29:]
+
+
+def make_engine(
+    address: str, team: Team, energy: EnergyParams, *, seed: int = 0, fast: bool = False, **config: Any
+) -> MeshEngine:
+    """An engine over a :class:`MemoryDiffLog`; ``fast`` swaps in the cheap crypto."""
+    rng = random.Random(f"{seed}:{address}")
+    cfg = MeshConfig(team=team, address=address, **config)
+    if fast:
+        node_id, public_key, sign, verify = fast_crypto(rng)
+        return MeshEngine(
+            node_id, cfg, MemoryDiffLog(), energy=energy, signer=sign, verifier=verify, public_key=public_key,
+            sealer=PlainSealer(team, rng), rng=rng,
+        )  # fmt: skip
+    return MeshEngine(NodeIdentity.generate(), cfg, MemoryDiffLog(), energy=energy, rng=rng)
