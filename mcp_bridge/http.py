@@ -16,8 +16,8 @@ error response with ``id`` null, since the body has not been read yet):
     3 x-hyphae-key present and authenticates        401                       -32001 unauthenticated
     4 MCP-Protocol-Version, when present, supported 400 (absent: accepted)    -32600
     5 Content-Type is application/json              415                       -32600
-    6 body at most 1 MiB (Content-Length, then as   413, Connection: close    -32600 reason too_large
-      it streams in; the rest is drained, <16 MiB)
+    6 body at most 1 MiB (Content-Length, then as   413, reading stops        -32600 reason too_large
+      it streams in)
     7 body is one JSON-RPC message                  400                       -32700 / -32600
 
 Then: a notification or a response → 202 with no body; a request → 200 with the
@@ -45,8 +45,6 @@ __all__ = ["MAX_BODY_BYTES", "make_mcp_app", "is_loopback_origin"]
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
-DRAIN_BYTES = 16 * MAX_BODY_BYTES  # a refused body is read and dropped up to this size
-_CLOSE = ((b"connection", b"close"),)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -82,7 +80,7 @@ class _ClientGone(Exception):
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, or None as soon as it passes ``limit`` (the rest is drained, not kept)."""
+    """The whole body, or None as soon as it passes ``limit`` (the rest is never read)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -92,43 +90,10 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            if message.get("more_body", False):
-                await _drain(receive)
             return None
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
-
-
-async def _drain(receive: Receive, budget: int = DRAIN_BYTES) -> bool:
-    """Read and drop the rest of a refused body, up to ``budget`` bytes; True if it ended.
-
-    The server closes the connection after an answer sent before the body was read; a
-    client still sending then gets a TCP reset, which can destroy our answer before it
-    is read (the client sees "server disconnected"). Draining first lets the answer
-    arrive, and leaves the connection fit for the next request.
-    """
-    drained = 0
-    while drained <= budget:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return False
-        if not message.get("more_body", False):
-            return True
-        drained += len(message.get("body", b""))
-    return False
-
-
-async def _refuse(
-    receive: Receive, send: Send, headers: dict[str, str], status: int, error: JsonRpcError,
-    extra: tuple[tuple[bytes, bytes], ...] = (),
-) -> None:
-    """Answer a request refused before its body was read (the body is drained first)."""
-    declared = headers.get("content-length", "")
-    ended = False if declared.isdigit() and int(declared) > DRAIN_BYTES else await _drain(receive)
-    if not ended or status == 413:
-        extra = (*extra, *_CLOSE)
-    await _send_error(send, status, error, extra)
 
 
 def _too_large() -> JsonRpcError:
@@ -164,30 +129,30 @@ def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable
         # 1. method
         if scope["method"] != "POST":
             error = JsonRpcError(INVALID_REQUEST, f"{scope['method']} is not allowed here: POST one JSON-RPC message")
-            await _refuse(receive, send, headers, 405, error, ((b"allow", b"POST"),))
+            await _send_error(send, 405, error, ((b"allow", b"POST"),))
             return
 
         # 2. Origin (DNS rebinding: a web page must not drive a local agent's memory)
         origin = headers.get("origin")
         if origin is not None and not is_loopback_origin(origin):
             error = reason_error("forbidden", f"origin {origin!r} is not allowed: only loopback origins may call /mcp")
-            await _refuse(receive, send, headers, 403, error)
+            await _send_error(send, 403, error)
             return
 
         # 3. x-hyphae-key, authenticated on every request
         key = headers.get("x-hyphae-key")
         if not key:
             error = reason_error("unauthenticated", "missing x-hyphae-key header: send your Hyphae API key")
-            await _refuse(receive, send, headers, 401, error)
+            await _send_error(send, 401, error)
             return
         try:
             principal = await authenticate(key)
         except HyphaeError as exc:
-            await _refuse(receive, send, headers, exc.http_status, from_hyphae_error(exc))
+            await _send_error(send, exc.http_status, from_hyphae_error(exc))
             return
         except Exception:
             logger.exception("authenticating an MCP request failed")
-            await _refuse(receive, send, headers, 500, internal_error())
+            await _send_error(send, 500, internal_error())
             return
 
         # 4. MCP-Protocol-Version: absent is the pre-2025-06-18 path; present must be supported
@@ -202,7 +167,7 @@ def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable
                     "supported": list(SUPPORTED_PROTOCOL_VERSIONS),
                 },
             )
-            await _refuse(receive, send, headers, 400, error)
+            await _send_error(send, 400, error)
             return
 
         # 5. Content-Type
@@ -213,20 +178,20 @@ def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable
                 "Content-Type must be application/json",
                 {"reason": "invalid_argument", "field": "Content-Type"},
             )
-            await _refuse(receive, send, headers, 415, error)
+            await _send_error(send, 415, error)
             return
 
         # 6. size: refuse on the declared length, else stop reading at the limit
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            await _refuse(receive, send, headers, 413, _too_large())
+            await _send_error(send, 413, _too_large())
             return
         try:
             body = await _read_body(receive, MAX_BODY_BYTES)
         except _ClientGone:
             return
         if body is None:
-            await _send_error(send, 413, _too_large(), _CLOSE)
+            await _send_error(send, 413, _too_large())
             return
 
         # 7. parse and answer

@@ -558,6 +558,7 @@ class MeshEngine:
             self.store, self.beacons.of_owner(peer.node_id), requester=peer.node_id, since=env.since,
             scan_limit=max(1, min(env.limit, self.config.repair_scan_limit)), max_diffs=self.config.limits.max_diffs,
             max_bytes=self._max_bytes, grace_ms=self.config.repair_grace_ms, energy=self.energy, now=self._now,
+            settle_ms=self.config.ack_timeout_ms * self.config.max_attempts,
         )  # fmt: skip
         self._send(
             peer.address, MsgType.REPAIR_REPLY, tuple(answer.diffs), request_id=env.request_id,

@@ -28,8 +28,9 @@ class DiffLog(Protocol):
     def cell(self, cell_id: str) -> Diff | None:
         """The diff that carried the cell with this id, if held."""
 
-    def scan(self, after: int, limit: int) -> list[tuple[int, Diff]]:
-        """Up to ``limit`` data diffs (cell, tombstone) with lsn > ``after``, in log order."""
+    def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
+        """Up to ``limit`` data diffs (cell, tombstone) with lsn > ``after``, in log order,
+        as ``(lsn, received_at, diff)``."""
 
     def max_seq(self, origin: str) -> int:
         """The highest seq held from ``origin`` (0 if none): restarts continue above it."""
@@ -42,6 +43,7 @@ class MemoryDiffLog:
         self._held: set[tuple[str, int]] = set()
         self._cells: dict[str, Diff] = {}
         self._lsns: list[int] = []
+        self._received: list[int] = []
         self._data: list[Diff] = []
         self._max_seq: dict[str, int] = {}
         self._next_lsn = 1
@@ -63,6 +65,7 @@ class MemoryDiffLog:
         self._next_lsn += 1
         if diff.kind in DATA_KINDS:
             self._lsns.append(lsn)
+            self._received.append(received_at)
             self._data.append(diff)
             if isinstance(diff.payload, CellPayload):
                 self._cells.setdefault(diff.payload.node_id, diff)
@@ -71,10 +74,10 @@ class MemoryDiffLog:
     def cell(self, cell_id: str) -> Diff | None:
         return self._cells.get(cell_id)
 
-    def scan(self, after: int, limit: int) -> list[tuple[int, Diff]]:
+    def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
         start = bisect.bisect_right(self._lsns, after)
         end = start + limit
-        return list(zip(self._lsns[start:end], self._data[start:end]))
+        return list(zip(self._lsns[start:end], self._received[start:end], self._data[start:end]))
 
     def max_seq(self, origin: str) -> int:
         return self._max_seq.get(origin, 0)

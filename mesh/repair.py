@@ -76,13 +76,23 @@ class RepairAnswer:
 
 def answer_repair(
     store: DiffLog, beacons: list[IndexedBeacon], *, requester: str, since: int, scan_limit: int,
-    max_diffs: int, max_bytes: int, grace_ms: int, energy: EnergyParams, now: int,
+    max_diffs: int, max_bytes: int, grace_ms: int, settle_ms: int, energy: EnergyParams, now: int,
 ) -> RepairAnswer:  # fmt: skip
-    """The diffs after ``since`` in our log that match one of ``beacons``."""
-    scanned = store.scan(since, scan_limit)
+    """The diffs after ``since`` in our log that match one of ``beacons``.
+
+    Entries younger than ``settle_ms`` are left for the next request: their push may
+    still be in flight, and answering now would only send a duplicate.
+    """
+    entries = store.scan(since, scan_limit)
+    more = len(entries) == scan_limit
+    scanned = []
+    for lsn, received_at, diff in entries:
+        if received_at > now - settle_ms:
+            more = False
+            break
+        scanned.append((lsn, diff))
     if not scanned:
         return RepairAnswer([], since, False)
-    more = len(scanned) == scan_limit
     wanted = _matching(scanned, store, beacons, requester, grace_ms, energy, now) if beacons else set()
     out: list[Diff] = []
     size = 0

@@ -78,7 +78,7 @@ class Team:
             )
         body = token[len(TOKEN_PREFIX) :]
         try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
         except (binascii.Error, ValueError):
             raise JoinTokenError(Reason.TOKEN_ENCODING, "join token is damaged: not valid base64url") from None
         try:

@@ -337,8 +337,10 @@ def _decode_body(kind: DiffKind, body: list, limits: WireLimits, signed_len: int
     t = limits.max_text_chars
     if kind is DiffKind.CELL:
         b = _list(body, "cell", 13)
-        content = _str(b[3], "content", limits.max_content_bytes)
-        if len(content.encode("utf-8", "surrogatepass")) > limits.max_content_bytes:
+        content = _str(b[3], "content", 4 * limits.max_content_bytes)
+        if 4 * len(content) > limits.max_content_bytes and (
+            len(content.encode("utf-8", "surrogatepass")) > limits.max_content_bytes
+        ):
             raise _fail("content too large", Reason.CONTENT_TOO_LARGE)
         metadata = _map(b[10], "metadata")
         if signed_len > limits.max_metadata_bytes and len(msgpack.packb(metadata)) > limits.max_metadata_bytes:

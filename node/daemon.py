@@ -87,7 +87,48 @@ def _build_app(service: MemoryService, admin_token: str):
     dispatcher = Dispatcher(service, server_version=_version())
     rest = RestApi(service, admin_token)
     mcp_app = make_mcp_app(dispatcher, service.authenticate)
-    return make_api_app(rest, {"/mcp": mcp_app})
+    return drain_unread_bodies(make_api_app(rest, {"/mcp": mcp_app}))
+
+
+DRAIN_LIMIT = 16 * 1024 * 1024
+
+
+def drain_unread_bodies(app, limit: int = DRAIN_LIMIT):
+    """Read and drop what is left of a request body before the response starts.
+
+    The apps answer some requests without reading the whole body (413, 401, ...), and
+    hypercorn then closes the connection with the client's bytes still unread: the
+    kernel answers with a TCP reset, which can destroy the response before the client
+    reads it ("server disconnected"), and the client's pooled connection is dead without
+    a word. Draining (up to ``limit`` bytes, kept nowhere) lets the answer arrive and the
+    connection be reused; past the limit the response says ``Connection: close``.
+    """
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        body_done = False
+
+        async def tracked_receive():
+            nonlocal body_done
+            message = await receive()
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        async def draining_send(message):
+            if message["type"] == "http.response.start" and not body_done:
+                drained = 0
+                while not body_done and drained <= limit:
+                    drained += len((await tracked_receive()).get("body", b""))
+                if not body_done:
+                    message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+            await send(message)
+
+        await app(scope, tracked_receive, draining_send)
+
+    return wrapped
 
 
 async def run_daemon(

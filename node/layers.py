@@ -96,8 +96,10 @@ class LayerSet:
         *,
         near_duplicate_cos: float = 0.95,
         on_near_duplicates: NearDuplicates | None = None,
+        index_options: dict | None = None,
     ) -> None:
         self.db = db
+        self._index_options = dict(index_options or {})
         self.dim = dim
         self.space = space
         self.catalog = CellCatalog()
@@ -114,7 +116,7 @@ class LayerSet:
         self.indexer_errors = 0
 
     def _new_index(self, layer: str) -> LayerIndex:
-        return LayerIndex(self.index_dir, layer, self.dim, self.space)
+        return LayerIndex(self.index_dir, layer, self.dim, self.space, **self._index_options)
 
     def open(self, progress: Progress | None = None) -> dict[str, str]:
         """Load the catalogue and each index, catching up or rebuilding. Blocking."""

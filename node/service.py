@@ -109,6 +109,7 @@ class MemoryService:
         embedder: Embedder | None = None,
         clock: Clock | None = None,
         progress: Callable[[str, int, int], None] | None = None,
+        index_options: dict[str, int] | None = None,
     ) -> "MemoryService":
         """Open the data dir: database, embedder, indexes (caught up or rebuilt), beacons."""
         identity = NodeIdentity.load(config.key_path)
@@ -121,7 +122,12 @@ class MemoryService:
             lambda: Database(config.db_path, group_commit_window=config.group_commit_ms / 1000)
         )
         layers = LayerSet(
-            db, config.index_dir, embedder.dim, embedder.space, near_duplicate_cos=config.energy.near_duplicate_cos
+            db,
+            config.index_dir,
+            embedder.dim,
+            embedder.space,
+            near_duplicate_cos=config.energy.near_duplicate_cos,
+            index_options=index_options,
         )
         await trio.to_thread.run_sync(layers.open, progress)
         service = cls(config, db, layers, embedder, identity, clock or wall_clock_ms)

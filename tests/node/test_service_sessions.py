@@ -8,7 +8,9 @@ import uuid
 import pytest
 import trio
 
+from node.embedding import HashedEmbedder
 from node.errors import HyphaeError
+from node.home import open_node
 from node.principals import hash_api_key, new_api_key
 
 
@@ -302,3 +304,39 @@ async def test_ending_again_answers_the_same_after_a_consolidation(service, make
         ended = await service.end_session(alice, session_id=session["session_id"])
         await service.consolidate_scene(alice, scene_id=session["scene_id"])
         assert await service.end_session(alice, session_id=session["session_id"]) == ended
+
+
+async def test_ending_the_newer_of_two_open_sessions_falls_back_to_the_older(service, make_agent, clock):
+    alice, _ = await make_agent()
+    with trio.fail_after(10):
+        older = await service.start_session(alice, project="old")
+        clock.advance(1000)
+        newer = await service.start_session(alice, project="new")
+        await service.end_session(alice, session_id=older["session_id"])  # ending the older changes nothing
+    cell = await service.get_cell(alice, node_id=await store(service, alice, "still in the newer"))
+    assert cell["session_id"] == newer["session_id"]
+
+    with trio.fail_after(10):
+        third = await service.start_session(alice, project="third")
+        clock.advance(1000)
+        await service.end_session(alice, session_id=third["session_id"])
+    cell = await service.get_cell(alice, node_id=await store(service, alice, "back in the newer"))
+    assert (cell["session_id"], cell["project"]) == (newer["session_id"], "new")
+    with trio.fail_after(10):
+        await service.end_session(alice, session_id=newer["session_id"])
+    cell = await service.get_cell(alice, node_id=await store(service, alice, "no session left"))
+    assert cell["session_id"] is None and cell["project"] is None
+
+
+async def test_an_open_session_survives_a_restart(home, clock):
+    with trio.fail_after(30):
+        async with open_node(home, embedder=HashedEmbedder(), clock=clock) as service:
+            alice, _ = await service.add_agent("alice")
+            session = await service.start_session(alice, project="long-running")
+        async with open_node(home, embedder=HashedEmbedder(), clock=clock) as service:
+            node_id = await store(service, alice, "after the restart")
+            cell = await service.get_cell(alice, node_id=node_id)
+            assert (cell["session_id"], cell["scene_id"], cell["project"]) == (
+                session["session_id"], session["scene_id"], "long-running")
+            ended = await service.end_session(alice, session_id=session["session_id"])
+            assert ended["cell_count"] == 1

@@ -11,6 +11,7 @@ import json
 import math
 import uuid
 
+import numpy as np
 import pytest
 import trio
 
@@ -533,3 +534,23 @@ async def test_three_top_3_recalls_promote_exactly_the_top_3(service, make_agent
         assert (await service.get_cell(alice, node_id=node_id))["layer"] == "L0"
     assert sorted(await layer_ids(service, alice, query, "L1")) == sorted(top3)
 
+
+
+async def test_concurrent_stores_each_keep_their_own_vector(service, make_agent):
+    """Embedding is batched across concurrent callers; no cell may end up with another's vector."""
+    alice, _ = await make_agent()
+    texts = [f"batched embedding probe {i} {'xyz' * (i % 5)} word{i * 31}" for i in range(60)]
+    stored: dict[str, str] = {}
+
+    async def store_one(text: str) -> None:
+        stored[text] = (await service.store(alice, content=text, cell_type="Fact"))["node_id"]
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            for text in texts:
+                nursery.start_soon(store_one, text)
+    expected = service.embedder.embed(texts)
+    for text, vector in zip(texts, expected):
+        (blob,) = service.db.query_one("SELECT embedding FROM cells WHERE node_id = ?", (stored[text],))
+        assert np.array_equal(np.frombuffer(blob, dtype=np.float32), vector), text
+        assert (await layer_ids(service, alice, text, "L0", k=1)) == [stored[text]]

@@ -1,0 +1,171 @@
+"""The wire format: canonical signed diffs, envelopes, and a strict decoder."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mesh.errors import Reason, WireError
+from mesh.identity import NodeIdentity
+from mesh.wire import (
+    BeaconPayload, CellPayload, DiffKind, Envelope, MsgType, PeerPayload, ScenePayload, TombstonePayload,
+    UnbeaconPayload, WireLimits, decode_envelope, decode_signed, encode_envelope, sign_diff,
+)  # fmt: skip
+
+ME = NodeIdentity.generate()
+VEC = np.linspace(-1, 1, 8, dtype=np.float32)
+
+
+def cell(**changes) -> CellPayload:
+    fields = dict(
+        node_id="c1", tenant_id="t", source_agent="a", content="use pgvector", cell_type="Decision",
+        salience=0.8, created_at=1000, project="p", scene_id="s", source_ref={"kind": "file", "locator": "x.py"},
+        metadata={"b": 1, "a": [1, 2]}, embedding=VEC, embedding_space="space",
+    )  # fmt: skip
+    fields.update(changes)
+    return CellPayload(**fields)
+
+
+PAYLOADS = [
+    cell(),
+    cell(project=None, scene_id=None, source_ref=None, metadata={}),
+    TombstonePayload("c1", "t", 2000, ME.node_id, 3),
+    BeaconPayload("b1", "t", "a", "which db", 0.4, ("Decision",), "p", 0.2, 99, VEC, "space", ("p",)),
+    BeaconPayload("b2", "t", "a", "anything", 0.4, embedding=VEC, embedding_space="space"),
+    UnbeaconPayload("b1", "t"),
+    ScenePayload("s1", "t", {"title": "x", "nested": {"z": 1, "y": None}}),
+    PeerPayload("127.0.0.1:7979"),
+]
+
+
+def signed(payload, seq=1, ts=1000, hops=0, ttl=0):
+    return sign_diff(payload, origin=ME.node_id, seq=seq, ts=ts, sign=ME.sign, hops=hops, ttl=ttl)
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: type(p).__name__)
+def test_every_kind_round_trips_through_an_envelope(payload):
+    diff = signed(payload, hops=2, ttl=3)
+    env = Envelope(MsgType.DATA, 5, "me", {ME.node_id: (ME.public_key, bytes(32))}, (diff,), batch_id=9)
+    back = decode_envelope(encode_envelope(env))
+    (got,) = back.diffs
+    assert got.payload == payload
+    assert (got.kind, got.origin, got.seq, got.ts, got.hops, got.ttl) == (diff.kind, ME.node_id, 1, 1000, 2, 3)
+    assert got.signed == diff.signed and NodeIdentity.verify(ME.public_key, got.signature, got.signed)
+    assert back.keys == env.keys and back.batch_id == 9
+
+
+def test_routing_fields_are_outside_the_signature():
+    diff = signed(cell(), hops=1, ttl=5)
+    moved = diff.routed(hops=2, ttl=4)
+    assert moved.signed == diff.signed and moved.signature == diff.signature
+
+
+def test_encoding_is_canonical():
+    a = signed(cell(metadata={"x": 1, "y": {"b": 2, "a": 1}}))
+    b = signed(cell(metadata={"y": {"a": 1, "b": 2}, "x": 1}))
+    assert a.signed == b.signed
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        Envelope(MsgType.ACK, 1, "a", acks=(1, 2, 3)),
+        Envelope(MsgType.GOSSIP, 1, "a", digest={ME.node_id: 7}, reply_wanted=True),
+        Envelope(MsgType.GOSSIP, 1, "a", digest=None),
+        Envelope(MsgType.REPAIR_REQUEST, 1, "a", request_id=4, since=10, limit=100, version=3),
+        Envelope(MsgType.REPAIR_REPLY, 1, "a", request_id=4, upto=20, more=True, ready=False),
+        Envelope(MsgType.PING, 1, "a", nonce=42),
+        Envelope(MsgType.PONG, 1, "a", nonce=42),
+    ],
+    ids=lambda e: e.type.name,
+)
+def test_every_message_type_round_trips(env):
+    assert decode_envelope(encode_envelope(env)) == env
+
+
+def _raw(diff_list, extra=(1,), mtype=1, version=1):
+    return msgpack.packb([version, mtype, 1, "a", {}, diff_list, list(extra)], use_bin_type=True)
+
+
+def _reason(data, limits=WireLimits()) -> str:
+    with pytest.raises(WireError) as caught:
+        decode_envelope(data, limits)
+    return caught.value.reason
+
+
+def test_limits_are_enforced():
+    diff = signed(cell())
+    item = [diff.signed, diff.signature, 0, 0]
+    assert _reason(_raw([item] * 3), WireLimits(max_diffs=2)) == Reason.TOO_MANY_DIFFS
+    assert _reason(_raw([item]), WireLimits(max_frame_bytes=100)) == Reason.OVERSIZED
+    big = signed(cell(content="x" * 70_000))
+    assert _reason(_raw([[big.signed, big.signature, 0, 0]])) == Reason.CONTENT_TOO_LARGE
+    fat = signed(cell(metadata={"k": "v" * 20_000}))
+    assert _reason(_raw([[fat.signed, fat.signature, 0, 0]])) == Reason.CONTENT_TOO_LARGE
+    wide = signed(cell(embedding=np.ones(5000, np.float32)))
+    assert _reason(_raw([[wide.signed, wide.signature, 0, 0]])) == Reason.CONTENT_TOO_LARGE
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", Reason.MALFORMED),
+        (b"\xc1", Reason.MALFORMED),
+        (msgpack.packb({"a": 1}), Reason.MALFORMED),
+        (_raw([], version=2), Reason.BAD_VERSION),
+        (_raw([], mtype=99), Reason.MALFORMED),
+        (_raw([], extra=()), Reason.MALFORMED),
+        (_raw([["x", b"", 0, 0]]), Reason.MALFORMED),
+        (_raw([[b"\x93\x01\x02\x03", bytes(64), 0, 0]]), Reason.MALFORMED),
+    ],
+)
+def test_malformed_input_is_one_error_type(data, reason):
+    assert _reason(data) == reason
+
+
+def test_bad_fields_inside_a_signed_diff():
+    def body_with(**changes):
+        p = cell()
+        b = [p.node_id, p.tenant_id, p.source_agent, p.content, p.cell_type, p.salience, p.created_at,
+             p.project, p.scene_id, None, {}, VEC.tobytes(), "space"]  # fmt: skip
+        for index, value in changes.items():
+            b[int(index[1:])] = value
+        return msgpack.packb([1, 1, bytes(16), 1, 1, b], use_bin_type=True)
+
+    for bad in ({"i5": 1.5}, {"i5": float("nan")}, {"i11": b"abc"}, {"i3": 7}, {"i6": "soon"},
+                {"i11": np.array([np.inf], np.float32).tobytes()}):  # fmt: skip
+        with pytest.raises(WireError):
+            decode_signed(body_with(**bad), bytes(64), 0, 0)
+    with pytest.raises(WireError):
+        decode_signed(body_with(), bytes(10), 0, 0)  # signature length
+    with pytest.raises(WireError):
+        decode_signed(msgpack.packb([1, 1, bytes(16), 0, 1, []]), bytes(64), 0, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_raise_only_wire_errors(data):
+    try:
+        decode_envelope(data)
+    except WireError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_mutated_envelopes_raise_only_wire_errors(data):
+    diff = signed(PAYLOADS[data.draw(st.integers(0, len(PAYLOADS) - 1))])
+    raw = bytearray(encode_envelope(Envelope(MsgType.DATA, 1, "a", {}, (diff,), batch_id=1)))
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        decode_envelope(bytes(raw))
+    except WireError:
+        pass
+
+
+def test_kinds_are_stable():
+    assert [k.name for k in DiffKind] == ["CELL", "TOMBSTONE", "BEACON", "UNBEACON", "SCENE", "PEER"]
