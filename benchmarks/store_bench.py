@@ -97,9 +97,14 @@ async def bench_size(n: int, args, rng) -> dict:
             elapsed = await fill(service, principal, texts, args.concurrency)
             result["store_cells_per_s"] = round(n / elapsed)
             result["write_batches"] = service.db.batches
+            t0 = time.perf_counter()
+            await trio.to_thread.run_sync(service.layers.flush)
+            result["index_catch_up_s"] = round(time.perf_counter() - t0, 2)
             # recall through the facade (query vector cached after first use: measure the index path)
             latencies, hits = [], []
             base = vectors[:n]
+            row_of = {content: rowid for rowid, content in service.db.query("SELECT rowid, content FROM cells")}
+            rowids = [row_of[text] for text in texts]
             for i, text in enumerate(query_texts):
                 await service.recall(principal, query=text, k=10)  # warm the query cache
                 t0 = time.perf_counter()
@@ -107,7 +112,7 @@ async def bench_size(n: int, args, rng) -> dict:
                 latencies.append((time.perf_counter() - t0) * 1000)
                 ids = {r["node_id"] for r in got["results"]}
                 exact = np.argsort(-(base @ vectors[n + i]))[:10]
-                exact_ids = {service.layers.catalog.node_id(int(row) + 1) for row in exact}
+                exact_ids = {service.layers.catalog.node_id(rowids[int(row)]) for row in exact}
                 hits.append(len(ids & exact_ids) / 10)
             t0 = time.perf_counter()
             for i in range(50):
@@ -118,6 +123,7 @@ async def bench_size(n: int, args, rng) -> dict:
             result["recall_at_10"] = round(float(np.mean(hits)), 4)
             result["exact_numpy_ms"] = round(exact_ms, 3)
             result["speedup_vs_exact"] = round(exact_ms / statistics.median(latencies), 1)
+            await trio.to_thread.run_sync(service.layers.flush)
             result["rss_mb_per_1k_cells"] = round((rss_mb() - rss_before) / n * 1000, 2)
         result["disk_bytes_per_cell"] = round(dir_bytes(home) / n)
         colds = []

@@ -79,10 +79,14 @@ class Database:
         self._window = group_commit_window
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = _connect(path)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if mode.lower() != "wal":
-            raise Unavailable(f"{path}: SQLite refused WAL mode (got {mode})")
-        migrate(conn)
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise Unavailable(f"{path}: SQLite refused WAL mode (got {mode})")
+            migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
         self._write_conn = conn
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []

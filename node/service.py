@@ -308,10 +308,10 @@ class MemoryService:
                     f"scene {scene_id} belongs to project {scene['project']!r}, not {project!r}", field="project"
                 )
             return scene["session_id"], scene_id, scene["project"]
+        session = self._open_sessions.get(principal.agent_id)
+        if session is not None and project in (None, session[2]):
+            return session
         if project is None:
-            session = self._open_sessions.get(principal.agent_id)
-            if session is not None:
-                return session
             if len(principal.projects) == 1:
                 project = principal.projects[0]
         if project is not None and not principal.may_read_project(project):

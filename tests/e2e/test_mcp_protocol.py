@@ -140,21 +140,27 @@ def test_only_post_is_served_on_mcp(http, key, method) -> None:
     assert response.headers["allow"] == "POST"
 
 
-def test_a_body_over_one_mebibyte_is_refused(http, key) -> None:
-    arguments = {"content": "x" * (1 << 20), "cell_type": "Fact"}
-    response = post_mcp(http, key, rpc("tools/call", {"name": "store", "arguments": arguments}))
-    assert response.status_code == 413
-    assert response.json()["error"]["data"]["reason"] == "too_large"
+@pytest.mark.parametrize("path", ["/mcp", "/v1/cells"])
+def test_a_body_over_one_mebibyte_is_refused_and_the_connection_survives(http, key, path) -> None:
+    prefix = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"' if path == "/mcp" else b'{"content":"'
+    headers = {"content-type": "application/json", "x-hyphae-key": key}
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds while streaming
-        yield b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"'
+        yield prefix
         for _ in range(20):
             yield b"y" * 65536
         yield b'"}}'
 
-    streamed = http.post("/mcp", content=chunks(), headers={"content-type": "application/json", "x-hyphae-key": key})
-    assert streamed.status_code == 413
-    assert post_mcp(http, key, rpc("ping")).status_code == 200  # and the node keeps serving
+    # Repeated on one keep-alive connection: an answer sent before the body is read must
+    # neither be lost to a TCP reset nor leave a dead connection in the client's pool.
+    for _ in range(3):
+        declared = http.post(path, content=prefix + b"x" * (1 << 20) + b'"}}', headers=headers)
+        assert declared.status_code == 413, declared.text
+        streamed = http.post(path, content=chunks(), headers=headers)
+        assert streamed.status_code == 413, streamed.text
+        error = streamed.json()["error"]
+        assert (error["data"] if path == "/mcp" else error)["reason"] == "too_large"
+        assert post_mcp(http, key, rpc("ping")).status_code == 200  # the node keeps serving
 
 
 def test_server_discover_is_refused_at_once(http, key) -> None:

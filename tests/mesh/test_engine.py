@@ -183,7 +183,7 @@ def test_tombstones_follow_their_cell():
 
 
 def test_under_backpressure_the_highest_energy_goes_first_and_the_lowest_is_dropped():
-    mesh = Mesh("alice", "bob", send_queue_limit=4, max_inflight_batches=1, ack_timeout_ms=60_000)
+    mesh = Mesh("alice", "bob", send_queue_limit=4, max_inflight_batches=1, ack_timeout_ms=5_000)
     topic = unit(6)
     mesh.do("bob", BeaconPlaced(beacon(topic, threshold=0.5)))
     mesh.settle()
