@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import HyphaeError, Unavailable
+from .errors import Unavailable
 from .schema import migrate
 from .waking import Waker, current_waker, wake_all
 
@@ -152,6 +152,41 @@ class Database:
                     pass
             self._readers.clear()
 
+    def _run_batch(self, batch: list[_Job], *, isolated: bool) -> tuple[Transaction | None, list[tuple[_Job, bool, Any]]]:
+        """Run a batch's jobs in one open transaction.
+
+        The fast path runs them back to back; if one fails it rolls everything back and
+        returns no transaction, and the batch is run again ``isolated``: each job under a
+        SAVEPOINT, so a failing job is undone alone. Jobs are functions of the database,
+        so running one twice is safe; their after-commit actions are only kept from the
+        run that commits.
+        """
+        conn = self._write_conn
+        tx = Transaction(conn)
+        outcomes: list[tuple[_Job, bool, Any]] = []
+        conn.execute("BEGIN IMMEDIATE")
+        for job in batch:
+            if not isolated:
+                try:
+                    outcomes.append((job, True, job.fn(tx)))
+                except Exception:
+                    conn.execute("ROLLBACK")
+                    return None, []
+                continue
+            conn.execute("SAVEPOINT job")
+            mark = len(tx._after)
+            try:
+                result = job.fn(tx)
+            except Exception as exc:  # the job's own failure: undo it alone
+                conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+                del tx._after[mark:]
+                outcomes.append((job, False, exc))
+            else:
+                conn.execute("RELEASE job")
+                outcomes.append((job, True, result))
+        return tx, outcomes
+
     # -- the writer thread -------------------------------------------------------
 
     def _run(self) -> None:
@@ -178,23 +213,10 @@ class Database:
 
     def _commit(self, batch: list[_Job]) -> None:
         conn = self._write_conn
-        tx = Transaction(conn)
-        outcomes: list[tuple[_Job, bool, Any]] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for job in batch:
-                conn.execute("SAVEPOINT job")
-                mark = len(tx._after)
-                try:
-                    result = job.fn(tx)
-                except BaseException as exc:  # the job's own failure: undo it alone
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
-                    del tx._after[mark:]
-                    outcomes.append((job, False, exc))
-                else:
-                    conn.execute("RELEASE job")
-                    outcomes.append((job, True, result))
+            tx, outcomes = self._run_batch(batch, isolated=False)
+            if tx is None:  # a job failed: undo the batch, then run each job under its own savepoint
+                tx, outcomes = self._run_batch(batch, isolated=True)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -216,8 +238,6 @@ class Database:
             if ok:
                 job.future.set_result(value)
             else:
-                if not isinstance(value, (HyphaeError, Exception)):
-                    value = Unavailable(f"write failed: {value!r}")
                 job.future.set_exception(value)
         wake_all(job.waker for job in batch)
 
