@@ -43,7 +43,7 @@ class MeshConfig:
     ping_timeout_ms: int = 1500
     suspect_timeout_ms: int = 6000  # suspect this long without a word: dead
     dead_probe_interval_ms: int = 10_000
-    max_probes_per_round: int = 16
+    max_probes_per_round: int = 3  # pings per half probe interval
     # data plane
     flush_interval_ms: int = 5  # minimum gap between data frames to one peer
     ack_timeout_ms: int = 1000

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import random
 from collections.abc import Callable
 from typing import Any
@@ -51,7 +52,8 @@ from .routing import BeaconIndex, FullView, RoutingPolicy
 from .team import FRAME_OVERHEAD, FrameSealer
 from .wire import (
     CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, DiffKind, Envelope, MsgType, Payload,
-    PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope, encode_envelope, sign_diff,
+    MAX_HAVES, PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope, diff_key,
+    encode_envelope, sign_diff,
 )  # fmt: skip
 
 __all__ = ["MeshEngine", "Counters"]
@@ -131,6 +133,8 @@ class MeshEngine:
         self._seq = store.max_seq(self.node_id)
         self._contacts: dict[str, int] = {}  # unauthenticated address -> next try
         self._repair_due: dict[str, int] = {}  # peer -> retry time after a not-ready reply
+        self._recent: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=MAX_HAVES)
+        self._asked_at: dict[str, int] = {}  # peer -> when our last answered repair request went out
         self._nonces: dict[bytes, int] = {}
         self._nonce_order: collections.deque[tuple[int, bytes]] = collections.deque()
         self._timers: dict[str, int] = {}
@@ -413,6 +417,7 @@ class MeshEngine:
         if not self._admit(diff, env):
             return
         self.store.put(diff, self._now)
+        self._recent.append((self._now, diff_key(diff.origin, diff.seq)))
         self.counters.diffs_accepted[diff.kind.name.lower()] += 1
         p = diff.payload
         cell: CellPayload | None = None
@@ -501,23 +506,25 @@ class MeshEngine:
             self._request_repair(peer)  # reconnected: catch up on what we missed
 
     def _liveness_round(self) -> None:
+        """Time out pings and suspicion; probe the few peers silent the longest (SWIM-like)."""
         cfg, now = self.config, self._now
-        probes = 0
+        due: list[Peer] = []
         for peer in list(self.peers):
             if peer.ping_nonce and now - peer.ping_sent_at >= cfg.ping_timeout_ms:
                 peer.ping_nonce = 0
                 self._liveness(peer, Liveness.FAILED)
             if peer.state is PeerState.SUSPECT and now - peer.changed_at >= cfg.suspect_timeout_ms:
                 self._liveness(peer, Liveness.EXPIRED)
-            if peer.ping_nonce or probes >= cfg.max_probes_per_round:
-                continue
-            idle = now - max(peer.heard_at, peer.ping_sent_at)
-            limit = cfg.dead_probe_interval_ms if peer.state is PeerState.DEAD else cfg.probe_interval_ms
-            if idle >= limit:
-                self._ping_ids += 1
-                peer.ping_nonce, peer.ping_sent_at = self._ping_ids, now
-                self._send(peer.address, MsgType.PING, nonce=self._ping_ids)
-                probes += 1
+            if not peer.ping_nonce:
+                limit = cfg.dead_probe_interval_ms if peer.state is PeerState.DEAD else cfg.probe_interval_ms
+                if now - max(peer.heard_at, peer.ping_sent_at) >= limit:
+                    due.append(peer)
+        if len(due) > cfg.max_probes_per_round:
+            due = heapq.nsmallest(cfg.max_probes_per_round, due, key=lambda p: max(p.heard_at, p.ping_sent_at))
+        for peer in due:
+            self._ping_ids += 1
+            peer.ping_nonce, peer.ping_sent_at = self._ping_ids, now
+            self._send(peer.address, MsgType.PING, nonce=self._ping_ids)
 
     def _on_ping(self, env: Envelope, peer: Peer) -> None:
         self._send(peer.address, MsgType.PONG, nonce=env.nonce)
@@ -546,7 +553,17 @@ class MeshEngine:
         self._send(
             peer.address, MsgType.REPAIR_REQUEST, request_id=request_id, since=since,
             limit=self.config.repair_scan_limit, version=self.control.version(self.node_id),
+            haves=self._haves(peer.node_id),
         )  # fmt: skip
+
+    def _haves(self, peer_id: str) -> bytes:
+        """What we received since our last answered request to this peer (less a settling margin)."""
+        asked = self._asked_at.get(peer_id)
+        if asked is None:
+            return b"".join(key for _, key in self._recent)
+        cutoff = asked - 2 * self.config.ack_timeout_ms * self.config.max_attempts
+        keys = [key for at, key in reversed(self._recent) if at >= cutoff] if self._recent else []
+        return b"".join(keys)
 
     def _on_repair_request(self, env: Envelope, peer: Peer) -> None:
         if self.control.version(peer.node_id) < env.version:
@@ -558,7 +575,7 @@ class MeshEngine:
             self.store, self.beacons.of_owner(peer.node_id), requester=peer.node_id, since=env.since,
             scan_limit=max(1, min(env.limit, self.config.repair_scan_limit)), max_diffs=self.config.limits.max_diffs,
             max_bytes=self._max_bytes, grace_ms=self.config.repair_grace_ms, energy=self.energy, now=self._now,
-            settle_ms=self.config.ack_timeout_ms * self.config.max_attempts,
+            settle_ms=self.config.ack_timeout_ms * self.config.max_attempts, haves=env.haves,
         )  # fmt: skip
         self._send(
             peer.address, MsgType.REPAIR_REPLY, tuple(answer.diffs), request_id=env.request_id,
@@ -568,8 +585,11 @@ class MeshEngine:
     def _on_repair_reply(self, env: Envelope, peer: Peer) -> None:
         for diff in env.diffs:
             self._accept_data(diff, env, peer, relay=False)
+        sent_at = self.repair.sent_at(peer.node_id)
         if not self.repair.finish(peer.node_id, env.request_id, env.upto, env.ready):
             return
+        if env.ready and sent_at is not None:
+            self._asked_at[peer.node_id] = sent_at
         if not env.ready:
             self._repair_due[peer.node_id] = self._now + 2 * self.config.gossip_interval_ms
         elif env.more:

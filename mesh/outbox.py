@@ -102,7 +102,12 @@ class Outbox:
         """Requeue unacknowledged batches; returns (peers whose batches gave up, diffs given up)."""
         failing: list[str] = []
         gave_up = 0
-        for batch in [b for b in self._batches.values() if b.deadline <= now]:
+        expired = []
+        for batch in self._batches.values():  # insertion order is deadline order
+            if batch.deadline > now:
+                break
+            expired.append(batch)
+        for batch in expired:
             del self._batches[batch.batch_id]
             self._lanes[batch.peer_id].inflight.pop(batch.batch_id, None)
             for energy, attempts, diff in batch.items:
@@ -134,7 +139,8 @@ class Outbox:
 
     def next_deadline(self) -> int | None:
         """When the outbox next needs the engine: a pacing gap ends or an ack times out."""
-        times = [b.deadline for b in self._batches.values()]
+        first = next(iter(self._batches.values()), None)  # insertion order is deadline order
+        times = [first.deadline] if first is not None else []
         for peer_id in self.ready:
             lane = self._lanes[peer_id]
             if lane.queue and len(lane.inflight) < self.max_inflight:

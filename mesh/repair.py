@@ -24,7 +24,7 @@ import numpy as np
 from .config import EnergyParams
 from .memory import DiffLog
 from .routing import IndexedBeacon, accepts
-from .wire import CellPayload, Diff, TombstonePayload
+from .wire import DIFF_KEY_BYTES, CellPayload, Diff, TombstonePayload, diff_key
 
 __all__ = ["RepairClient", "RepairAnswer", "answer_repair"]
 
@@ -63,6 +63,10 @@ class RepairClient:
             self.marks[peer_id] = max(self.marks.get(peer_id, 0), upto)
         return True
 
+    def sent_at(self, peer_id: str) -> int | None:
+        pending = self._pending.get(peer_id)
+        return pending.sent_at if pending else None
+
     def forget(self, peer_id: str) -> None:
         self._pending.pop(peer_id, None)
 
@@ -77,22 +81,29 @@ class RepairAnswer:
 def answer_repair(
     store: DiffLog, beacons: list[IndexedBeacon], *, requester: str, since: int, scan_limit: int,
     max_diffs: int, max_bytes: int, grace_ms: int, settle_ms: int, energy: EnergyParams, now: int,
+    haves: bytes = b"",
 ) -> RepairAnswer:  # fmt: skip
     """The diffs after ``since`` in our log that match one of ``beacons``.
 
     Entries younger than ``settle_ms`` are left for the next request: their push may
-    still be in flight, and answering now would only send a duplicate.
+    still be in flight, and answering now would only send a duplicate. So are the
+    diffs the requester says it holds (``haves``).
     """
+    held = {haves[i : i + DIFF_KEY_BYTES] for i in range(0, len(haves), DIFF_KEY_BYTES)}
     entries = store.scan(since, scan_limit)
     more = len(entries) == scan_limit
     scanned = []
+    last_considered = since
     for lsn, received_at, diff in entries:
         if received_at > now - settle_ms:
             more = False
             break
+        last_considered = lsn
+        if held and diff_key(diff.origin, diff.seq) in held:
+            continue
         scanned.append((lsn, diff))
     if not scanned:
-        return RepairAnswer([], since, False)
+        return RepairAnswer([], last_considered, more)
     wanted = _matching(scanned, store, beacons, requester, grace_ms, energy, now) if beacons else set()
     out: list[Diff] = []
     size = 0
@@ -104,7 +115,7 @@ def answer_repair(
             out.append(diff.routed(hops=diff.hops + 1, ttl=0))
             size += diff.size
         upto = lsn
-    return RepairAnswer(out, upto, more)
+    return RepairAnswer(out, last_considered, more)
 
 
 def _matching(

@@ -46,6 +46,7 @@ __all__ = [
     "Diff",
     "Envelope",
     "sign_diff",
+    "diff_key",
     "decode_signed",
     "encode_envelope",
     "decode_envelope",
@@ -93,6 +94,41 @@ class WireLimits:
 
 
 DEFAULT_LIMITS = WireLimits()
+
+
+# Node ids are hex in memory and 16 raw bytes on the wire; digests carry one per member,
+# so both directions are memoised.
+_ID_BYTES: dict[str, bytes] = {}
+_ID_HEX: dict[bytes, str] = {}
+
+
+def id_bytes(node_id: str) -> bytes:
+    raw = _ID_BYTES.get(node_id)
+    if raw is None:
+        if len(_ID_BYTES) > 200_000:
+            _ID_BYTES.clear()
+        raw = _ID_BYTES[node_id] = bytes.fromhex(node_id)
+    return raw
+
+
+def id_hex(raw: bytes) -> str:
+    text = _ID_HEX.get(raw)
+    if text is None:
+        if len(raw) != _ORIGIN_BYTES:
+            raise _fail("node id: expected 16 bytes")
+        if len(_ID_HEX) > 200_000:
+            _ID_HEX.clear()
+        text = _ID_HEX[raw] = raw.hex()
+    return text
+
+
+DIFF_KEY_BYTES = 12
+MAX_HAVES = 4096
+
+
+def diff_key(origin: str, seq: int) -> bytes:
+    """A compact name for ``(origin, seq)``: 8 bytes of the origin, 4 of the seq."""
+    return id_bytes(origin)[:8] + (seq & 0xFFFFFFFF).to_bytes(4, "big")
 
 
 # -- payloads -------------------------------------------------------------------------
@@ -268,7 +304,7 @@ def sign_diff(
 ) -> Diff:
     """Encode ``payload`` canonically and sign it as ``origin``."""
     kind, body = _body(payload)
-    signed = msgpack.packb([_DIFF_FORMAT, int(kind), bytes.fromhex(origin), seq, ts, body], use_bin_type=True)
+    signed = msgpack.packb([_DIFF_FORMAT, int(kind), id_bytes(origin), seq, ts, body], use_bin_type=True)
     return Diff(kind, origin, seq, ts, payload, signed, sign(signed), hops, ttl)
 
 
@@ -400,7 +436,7 @@ def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: 
             raise _fail(f"unknown diff kind {kind_code!r}") from None
         payload = _decode_body(kind, body, limits, len(signed))
         diff = Diff(
-            kind, _bin(origin, "origin", _ORIGIN_BYTES).hex(), _int(seq, "seq"), _int(ts, "ts"),
+            kind, id_hex(_bin(origin, "origin")), _int(seq, "seq"), _int(ts, "ts"),
             payload, signed, _bin(signature, "signature", 64), _int(hops, "hops"), _int(ttl, "ttl"),
         )  # fmt: skip
     except WireError:
@@ -432,6 +468,7 @@ class Envelope:
     since: int = 0  # REPAIR_REQUEST: the responder's log position already covered
     limit: int = 0  # REPAIR_REQUEST
     version: int = 0  # REPAIR_REQUEST: requester's own control version
+    haves: bytes = b""  # REPAIR_REQUEST: 12-byte keys (see :func:`diff_key`) of data diffs already held
     upto: int = 0  # REPAIR_REPLY: log position covered by this reply
     more: bool = False  # REPAIR_REPLY
     ready: bool = True  # REPAIR_REPLY: false when the responder lacks the requester's beacons
@@ -445,17 +482,17 @@ def _extra(env: Envelope) -> list[Any]:
     if t is MsgType.ACK:
         return [list(env.acks)]
     if t is MsgType.GOSSIP:
-        digest = None if env.digest is None else {bytes.fromhex(k): v for k, v in env.digest.items()}
+        digest = None if env.digest is None else {id_bytes(k): v for k, v in env.digest.items()}
         return [digest, env.reply_wanted]
     if t is MsgType.REPAIR_REQUEST:
-        return [env.request_id, env.since, env.limit, env.version]
+        return [env.request_id, env.since, env.limit, env.version, env.haves]
     if t is MsgType.REPAIR_REPLY:
         return [env.request_id, env.upto, env.more, env.ready]
     return [env.nonce]
 
 
 def encode_envelope(env: Envelope) -> bytes:
-    keys = {bytes.fromhex(origin): [pk, proof] for origin, (pk, proof) in env.keys.items()}
+    keys = {id_bytes(origin): [pk, proof] for origin, (pk, proof) in env.keys.items()}
     diffs = [[d.signed, d.signature, d.hops, d.ttl] for d in env.diffs]
     return msgpack.packb(
         [WIRE_VERSION, int(env.type), env.sent_at, env.sender_address, keys, diffs, _extra(env)], use_bin_type=True
@@ -493,7 +530,7 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     keys: dict[str, tuple[bytes, bytes]] = {}
     for origin, entry in _map(raw_keys, "keys").items():
         pk, proof = _list(entry, "key entry", 2)
-        keys[_bin(origin, "key origin", _ORIGIN_BYTES).hex()] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
+        keys[id_hex(_bin(origin, "key origin"))] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
     diffs = tuple(decode_signed(*_list(d, "diff", 4), limits=limits) for d in raw_diffs)
     fields: dict[str, Any] = {}
     extra = _list(extra, "extra")
@@ -510,12 +547,15 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
             digest = _map(digest, "digest")
             if len(digest) > limits.max_digest_entries:
                 raise _fail("digest too large", Reason.OVERSIZED)
-            digest = {_bin(k, "digest origin", _ORIGIN_BYTES).hex(): _int(v, "version") for k, v in digest.items()}
+            digest = {id_hex(_bin(k, "digest origin")): _int(v, "version") for k, v in digest.items()}
         fields["digest"], fields["reply_wanted"] = digest, _bool(reply_wanted)
     elif mtype is MsgType.REPAIR_REQUEST:
-        r = _list(extra, "repair request", 4)
+        r = _list(extra, "repair request", 5)
+        haves = _bin(r[4], "haves")
+        if len(haves) % DIFF_KEY_BYTES or len(haves) > DIFF_KEY_BYTES * MAX_HAVES:
+            raise _fail("haves: bad length")
         fields.update(request_id=_int(r[0], "id"), since=_int(r[1], "since"), limit=_int(r[2], "limit"),
-                      version=_int(r[3], "version"))  # fmt: skip
+                      version=_int(r[3], "version"), haves=haves)  # fmt: skip
     elif mtype is MsgType.REPAIR_REPLY:
         r = _list(extra, "repair reply", 4)
         fields.update(request_id=_int(r[0], "id"), upto=_int(r[1], "upto"), more=_bool(r[2]), ready=_bool(r[3]))

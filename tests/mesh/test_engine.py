@@ -291,7 +291,20 @@ def test_a_beacon_placed_during_a_partition_is_honoured_after_it():
     assert stored.node_id in mesh["bob"].cells
 
 
-@pytest.mark.parametrize("seed", range(6))
+def test_repair_sends_nothing_the_requester_already_holds():
+    mesh = Mesh("alice", "bob", repair_interval_ms=5_000)
+    topic = unit(10)
+    mesh.do("bob", BeaconPlaced(beacon(topic)))
+    mesh.settle()
+    for _ in range(3):
+        mesh.do("alice", CellStored(cell(topic, at=mesh.net.now)))
+    mesh.run(60_000)
+    assert len(mesh["bob"].cells) == 3 and mesh["bob"].engine.counters.repairs_requested >= 5
+    assert mesh["alice"].engine.counters.data_diffs_sent == 3
+    assert mesh["bob"].engine.counters.drops[Reason.DUPLICATE] == 0
+
+
+@pytest.mark.parametrize("seed", range(10))
 def test_a_hostile_network_still_delivers_everything_to_everyone_interested(seed):
     names = ["n0", "n1", "n2", "n3", "n4"]
     hostile = LinkConditions(latency_ms=(1, 120), loss=0.15, duplicate=0.1)

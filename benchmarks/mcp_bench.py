@@ -1,0 +1,360 @@
+"""MCP surface figures: tools/call throughput over HTTP, and stdio round-trip latency.
+
+Everything runs against real processes, as a user's machine does: ``hyphae up`` (the
+daemon: hypercorn on trio) on an ephemeral loopback port, and ``hyphae mcp`` (the stdio
+relay an editor launches) for the stdio figures.
+
+    python benchmarks/mcp_bench.py                      # hashed + built-in model, 10k cells
+    python benchmarks/mcp_bench.py --skip-model         # hashed embedder only (~1 min)
+    python benchmarks/mcp_bench.py --profile recall     # py-spy the daemon under 8-client recall
+
+What is measured:
+
+- HTTP: ``POST /mcp`` ``tools/call`` for ``store`` and ``recall``, with 1 and with 8
+  concurrent clients, each a keep-alive ``httpx.AsyncClient`` connection, as fast as they
+  can go for ``--duration`` seconds after a warm-up; the median of ``--repeats`` runs.
+  The clients run in a separate process (trio), so they share the machine's cores with
+  the daemon, as a host's agents would.
+- recall is reported twice: query-vector cache *hits* (a fixed set of 64 queries, asked
+  once before timing) and *misses* (every query text unique, so each one is embedded).
+- stdio: ``hyphae mcp`` subprocess, one recall at a time (write a line, read a line),
+  p50/p99 over ``--stdio-calls`` calls after a warm-up; hits and misses again.
+
+Two nodes: one with the hashed embedder (``[embedder] provider = "hashed"``), whose
+pre-fill of 10k cells takes seconds and whose figures are the cost of the surface and
+index alone; and one with the built-in MiniLM model, what a real user runs, where a cache
+miss pays a model forward pass. The model node is pre-filled through the same MCP store
+calls (about a minute: every cell is embedded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from node.home import init_home  # noqa: E402
+
+HYPHAE = (sys.executable, "-m", "node.cli")
+HIT_QUERIES = [f"how do we handle {topic} in the {area}" for topic, area in itertools.product(
+    ("retries", "schema migrations", "auth tokens", "caching", "rate limits", "logging", "feature flags", "backups"),
+    ("billing service", "frontend", "data pipeline", "mobile app", "search cluster", "admin console", "CI", "gateway"),
+)]  # 64
+
+SUBJECTS = ("The billing service", "Our frontend", "The data pipeline", "The mobile app", "The search cluster",
+            "The admin console", "CI", "The API gateway", "The auth service", "The nightly export")
+VERBS = ("must retry", "should cache", "now logs", "rate-limits", "encrypts", "shards", "backs up", "validates",
+         "streams", "batches")
+OBJECTS = ("payment webhooks", "user sessions", "schema migrations", "feature flags", "search queries",
+           "audit events", "invoice PDFs", "access tokens", "build artefacts", "metrics")
+
+
+def cell_text(i: int) -> str:
+    s, v, o = SUBJECTS[i % 10], VERBS[(i // 10) % 10], OBJECTS[(i // 100) % 10]
+    return f"{s} {v} {o} (decision {i}, revision {i % 7})."
+
+
+def machine() -> dict[str, Any]:
+    model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+# -- processes --------------------------------------------------------------------------
+
+
+class Node:
+    """A ``hyphae up`` on a fresh data dir, with one agent key."""
+
+    def __init__(self, root: Path, provider: str) -> None:
+        self.home = root / f"home-{provider}"
+        init_home(self.home)
+        config = self.home / "config.toml"
+        config.write_text(config.read_text()
+                          .replace('listen = "127.0.0.1:7777"', 'listen = "127.0.0.1:0"')
+                          .replace('provider = "builtin"', f'provider = "{provider}"'))
+        self.log = root / f"daemon-{provider}.log"
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen([*HYPHAE, "--home", str(self.home), "up"], stdin=subprocess.DEVNULL,
+                                            stdout=out, stderr=out)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.info = json.loads((self.home / "daemon.json").read_text())
+                if self.info["pid"] == self.process.pid:
+                    break
+            except (OSError, ValueError):
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the daemon did not start:\n{self.log.read_text()}")
+            time.sleep(0.05)
+        self.url = self.info["api_url"]
+        added = subprocess.run([*HYPHAE, "--home", str(self.home), "agent", "add", "bench"],
+                               capture_output=True, text=True, timeout=120, check=True)
+        self.key = added.stdout.strip().splitlines()[-1]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+# -- HTTP load --------------------------------------------------------------------------
+
+
+def _rpc(i: int, tool: str, arguments: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                       "params": {"name": tool, "arguments": arguments}}).encode()
+
+
+async def http_load(url: str, key: str, clients: int, duration: float, make_body, warmup: float = 1.0) -> float:
+    """Calls per second over ``duration`` seconds with ``clients`` concurrent connections."""
+    counter = itertools.count()
+    done = [0]
+    measuring = [False]
+    headers = {"x-hyphae-key": key, "content-type": "application/json", "accept": "application/json"}
+
+    async def client() -> None:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(headers=headers, limits=limits, timeout=60) as http:
+            while True:
+                response = await http.post(f"{url}/mcp", content=make_body(next(counter)))
+                body = response.json()
+                if "error" in body:
+                    raise RuntimeError(body["error"])
+                if measuring[0]:
+                    done[0] += 1
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(clients):
+            nursery.start_soon(client)
+        await trio.sleep(warmup)
+        measuring[0] = True
+        started = trio.current_time()
+        await trio.sleep(duration)
+        rate = done[0] / (trio.current_time() - started)
+        nursery.cancel_scope.cancel()
+    return rate
+
+
+def prefill(node: Node, count: int, clients: int = 8) -> float:
+    """Store ``count`` cells through MCP over HTTP; returns cells/s."""
+    headers = {"x-hyphae-key": node.key, "content-type": "application/json"}
+    counter = iter(range(count))
+
+    async def client() -> None:
+        async with httpx.AsyncClient(headers=headers, timeout=120) as http:
+            for i in counter:
+                body = _rpc(i, "store", {"content": cell_text(i), "cell_type": "Decision", "salience": 0.5})
+                response = (await http.post(f"{node.url}/mcp", content=body)).json()
+                if "error" in response:
+                    raise RuntimeError(response["error"])
+
+    async def run() -> float:
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for _ in range(clients):
+                nursery.start_soon(client)
+        return count / (trio.current_time() - started)
+
+    return trio.run(run)
+
+
+def median_rate(node: Node, clients: int, make_body, duration: float, repeats: int) -> tuple[float, list[float]]:
+    rates = [trio.run(http_load, node.url, node.key, clients, duration, make_body) for _ in range(repeats)]
+    return statistics.median(rates), rates
+
+
+def warm_hits(node: Node) -> None:
+    with httpx.Client(headers={"x-hyphae-key": node.key}, timeout=60) as http:
+        for i, query in enumerate(HIT_QUERIES):
+            http.post(f"{node.url}/mcp", content=_rpc(i, "recall", {"query": query}),
+                      headers={"content-type": "application/json"}).raise_for_status()
+
+
+_unique = itertools.count()
+
+
+def recall_hit(i: int) -> bytes:
+    return _rpc(i, "recall", {"query": HIT_QUERIES[i % len(HIT_QUERIES)], "k": 10})
+
+
+def recall_miss(i: int) -> bytes:
+    n = next(_unique)
+    return _rpc(i, "recall", {"query": f"what did we decide about {OBJECTS[n % 10]} for case {n}", "k": 10})
+
+
+def store_call(i: int) -> bytes:
+    n = next(_unique)
+    return _rpc(i, "store", {"content": f"Benchmark note {n}: {cell_text(n)}", "cell_type": "Fact"})
+
+
+# -- stdio latency ----------------------------------------------------------------------
+
+
+def stdio_latency(node: Node, calls: int, hits: bool, warmup: int = 200) -> dict[str, float]:
+    env = {**os.environ, "HYPHAE_API_KEY": node.key}
+    process = subprocess.Popen([*HYPHAE, "--home", str(node.home), "mcp"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    timer = threading.Timer(600, process.kill)  # nothing in a benchmark may hang forever
+    timer.start()
+    try:
+        samples = []
+        for i in range(warmup + calls):
+            if hits:
+                query = HIT_QUERIES[i % len(HIT_QUERIES)]
+            else:
+                n = next(_unique)
+                query = f"which team owns {OBJECTS[n % 10]} in case {n}"
+            line = _rpc(i, "recall", {"query": query, "k": 10}) + b"\n"
+            started = time.perf_counter()
+            process.stdin.write(line)
+            process.stdin.flush()
+            answer = process.stdout.readline()
+            elapsed = time.perf_counter() - started
+            if b'"result"' not in answer:
+                raise RuntimeError(answer[:300])
+            if i >= warmup:
+                samples.append(elapsed * 1000)
+        samples.sort()
+        return {"p50_ms": round(samples[len(samples) // 2], 3),
+                "p99_ms": round(samples[int(len(samples) * 0.99)], 3),
+                "mean_ms": round(statistics.fmean(samples), 3), "calls": calls}
+    finally:
+        timer.cancel()
+        process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(10)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+# -- profiling --------------------------------------------------------------------------
+
+
+def profile_daemon(node: Node, out: Path, seconds: float, make_body, clients: int = 8) -> str:
+    """py-spy the daemon while ``clients`` clients load it; returns the top of the report."""
+    py_spy = shutil.which("py-spy")
+    if py_spy is None:
+        return "py-spy is not installed (pip install py-spy)"
+    raw = out.with_suffix(".txt")
+    recorder = subprocess.Popen([py_spy, "record", "--pid", str(node.process.pid), "--duration", str(int(seconds)),
+                                 "--format", "raw", "--output", str(raw), "--nonblocking"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    trio.run(http_load, node.url, node.key, clients, seconds - 1.5, make_body, 0.2)
+    recorder.wait(60)
+    return summarise_folded(raw)
+
+
+def summarise_folded(path: Path, top: int = 25) -> str:
+    """Inclusive time per function from py-spy's folded stacks."""
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        for frame in set(stack.split(";")):
+            inclusive[frame] = inclusive.get(frame, 0) + n
+    rows = sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]
+    return "\n".join(f"{100 * n / total:5.1f}%  {frame}" for frame, n in rows)
+
+
+# -- main -------------------------------------------------------------------------------
+
+
+def bench_node(node: Node, args: argparse.Namespace, *, store: bool) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    started = time.monotonic()
+    figures["prefill_cells_per_s_8_clients"] = round(prefill(node, args.cells), 1)
+    figures["prefill_seconds"] = round(time.monotonic() - started, 1)
+    print(f"  pre-filled {args.cells} cells: {figures['prefill_cells_per_s_8_clients']} cells/s", flush=True)
+    warm_hits(node)
+    for clients in (1, 8):
+        for name, make_body in (("recall_hit", recall_hit), ("recall_miss", recall_miss)):
+            rate, runs = median_rate(node, clients, make_body, args.duration, args.repeats)
+            figures[f"{name}_per_s_{clients}"] = round(rate, 1)
+            figures[f"{name}_per_s_{clients}_runs"] = [round(r, 1) for r in runs]
+            print(f"  {name} x{clients}: {rate:.0f}/s {[round(r) for r in runs]}", flush=True)
+    for hits in (True, False):
+        name = "stdio_recall_hit" if hits else "stdio_recall_miss"
+        figures[name] = stdio_latency(node, args.stdio_calls, hits)
+        print(f"  {name}: {figures[name]}", flush=True)
+    if store:  # last: it grows the node past the pre-filled size
+        for clients in (1, 8):
+            rate, runs = median_rate(node, clients, store_call, args.duration, args.repeats)
+            figures[f"store_per_s_{clients}"] = round(rate, 1)
+            figures[f"store_per_s_{clients}_runs"] = [round(r, 1) for r in runs]
+            print(f"  store x{clients}: {rate:.0f}/s {[round(r) for r in runs]}", flush=True)
+    with httpx.Client(headers={"x-hyphae-key": node.key}, timeout=60) as http:
+        figures["cells_at_end"] = http.get(f"{node.url}/v1/stats").json()["cells"]
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cells", type=int, default=10_000)
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per throughput run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stdio-calls", type=int, default=2000)
+    parser.add_argument("--skip-model", action="store_true", help="hashed embedder only")
+    parser.add_argument("--profile", choices=("recall", "store"), help="py-spy the hashed daemon under 8 clients")
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    args = parser.parse_args()
+
+    report: dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv), "cells": args.cells}
+    root = Path(tempfile.mkdtemp(prefix="hyphae-mcp-bench-"))
+    try:
+        print(f"machine: {report['machine']}", flush=True)
+        print("hashed embedder node:", flush=True)
+        node = Node(root, "hashed")
+        try:
+            report["hashed"] = bench_node(node, args, store=True)
+            if args.profile:
+                body = recall_hit if args.profile == "recall" else store_call
+                report["profile"] = profile_daemon(node, root / "profile", 12.0, body)
+                print(report["profile"], flush=True)
+        finally:
+            node.stop()
+        if not args.skip_model:
+            print("built-in model node:", flush=True)
+            node = Node(root, "builtin")
+            try:
+                report["builtin"] = bench_node(node, args, store=False)
+            finally:
+                node.stop()
+        report["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
