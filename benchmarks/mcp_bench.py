@@ -35,6 +35,7 @@ import itertools
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import statistics
@@ -43,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -130,34 +132,83 @@ def _rpc(i: int, tool: str, arguments: dict[str, Any]) -> bytes:
                        "params": {"name": tool, "arguments": arguments}}).encode()
 
 
-async def http_load(url: str, key: str, clients: int, duration: float, make_body, warmup: float = 1.0) -> float:
-    """Calls per second over ``duration`` seconds with ``clients`` concurrent connections."""
+def process_cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class RawConnection:
+    """A keep-alive HTTP/1.1 connection with next to no client-side cost: prebuilt request
+    bytes out, Content-Length-framed response in. Used to show what the *server* can do
+    once the client's own CPU (httpx: more than the server's, per request) is taken out."""
+
+    def __init__(self, stream: trio.SocketStream, host: str, key: str) -> None:
+        self.stream = stream
+        self.head = (f"POST /mcp HTTP/1.1\r\nhost: {host}\r\nx-hyphae-key: {key}\r\n"
+                     "content-type: application/json\r\naccept: application/json\r\n").encode()
+        self.buffer = bytearray()
+
+    async def post(self, body: bytes) -> bytes:
+        await self.stream.send_all(self.head + b"content-length: %d\r\n\r\n" % len(body) + body)
+        while (end := self.buffer.find(b"\r\n\r\n")) < 0:
+            self.buffer += await self.stream.receive_some(65536)
+        head = bytes(self.buffer[:end]).lower()
+        length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(self.buffer) < end + 4 + length:
+            self.buffer += await self.stream.receive_some(65536)
+        body = bytes(self.buffer[end + 4:end + 4 + length])
+        del self.buffer[:end + 4 + length]
+        return body
+
+
+async def http_load(url: str, key: str, clients: int, duration: float, make_body, warmup: float = 1.0,
+                    *, raw: bool = False, pid: int | None = None) -> dict[str, float]:
+    """Calls per second over ``duration`` seconds with ``clients`` concurrent connections,
+    and the CPU each call cost the daemon (``pid``) and this client process."""
     counter = itertools.count()
     done = [0]
     measuring = [False]
     headers = {"x-hyphae-key": key, "content-type": "application/json", "accept": "application/json"}
+    host, port = url.removeprefix("http://").rsplit(":", 1)
 
-    async def client() -> None:
+    def check(body: bytes) -> None:
+        if b'"error"' in body[:40] or b'"result"' not in body:
+            raise RuntimeError(body[:300])
+
+    async def httpx_client() -> None:
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
         async with httpx.AsyncClient(headers=headers, limits=limits, timeout=60) as http:
             while True:
                 response = await http.post(f"{url}/mcp", content=make_body(next(counter)))
-                body = response.json()
-                if "error" in body:
-                    raise RuntimeError(body["error"])
+                check(response.content)
+                if measuring[0]:
+                    done[0] += 1
+
+    async def raw_client() -> None:
+        connection = RawConnection(await trio.open_tcp_stream(host, int(port)), f"{host}:{port}", key)
+        async with connection.stream:
+            while True:
+                check(await connection.post(make_body(next(counter))))
                 if measuring[0]:
                     done[0] += 1
 
     async with trio.open_nursery() as nursery:
         for _ in range(clients):
-            nursery.start_soon(client)
+            nursery.start_soon(raw_client if raw else httpx_client)
         await trio.sleep(warmup)
         measuring[0] = True
-        started = trio.current_time()
+        started, server0, client0 = trio.current_time(), process_cpu_seconds(pid) if pid else 0.0, own_cpu_seconds()
         await trio.sleep(duration)
-        rate = done[0] / (trio.current_time() - started)
+        calls, elapsed = done[0], trio.current_time() - started
+        server1, client1 = process_cpu_seconds(pid) if pid else 0.0, own_cpu_seconds()
         nursery.cancel_scope.cancel()
-    return rate
+    return {"rate": calls / elapsed, "server_cpu_ms": 1000 * (server1 - server0) / max(calls, 1),
+            "client_cpu_ms": 1000 * (client1 - client0) / max(calls, 1)}
 
 
 def prefill(node: Node, count: int, clients: int = 8) -> float:
@@ -183,9 +234,15 @@ def prefill(node: Node, count: int, clients: int = 8) -> float:
     return trio.run(run)
 
 
-def median_rate(node: Node, clients: int, make_body, duration: float, repeats: int) -> tuple[float, list[float]]:
-    rates = [trio.run(http_load, node.url, node.key, clients, duration, make_body) for _ in range(repeats)]
-    return statistics.median(rates), rates
+def measure(node: Node, clients: int, make_body, duration: float, repeats: int, raw: bool = False) -> dict[str, Any]:
+    """The median of ``repeats`` runs (by rate), with every run's rate."""
+    runs = [trio.run(partial(http_load, node.url, node.key, clients, duration, make_body, raw=raw,
+                             pid=node.process.pid)) for _ in range(repeats)]
+    runs.sort(key=lambda run: run["rate"])
+    middle = runs[len(runs) // 2]
+    return {"per_s": round(middle["rate"], 1), "runs": [round(run["rate"], 1) for run in runs],
+            "daemon_cpu_ms_per_call": round(middle["server_cpu_ms"], 2),
+            "client_cpu_ms_per_call": round(middle["client_cpu_ms"], 2)}
 
 
 def warm_hits(node: Node) -> None:
@@ -212,7 +269,30 @@ def store_call(i: int) -> bytes:
     return _rpc(i, "store", {"content": f"Benchmark note {n}: {cell_text(n)}", "cell_type": "Fact"})
 
 
-# -- stdio latency ----------------------------------------------------------------------
+# -- latency ------------------------------------------------------------------------------
+
+
+def percentiles(samples_ms: list[float]) -> dict[str, float]:
+    samples_ms = sorted(samples_ms)
+    return {"p50_ms": round(samples_ms[len(samples_ms) // 2], 3),
+            "p99_ms": round(samples_ms[int(len(samples_ms) * 0.99)], 3),
+            "mean_ms": round(statistics.fmean(samples_ms), 3), "calls": len(samples_ms)}
+
+
+def http_latency(node: Node, calls: int, warmup: int = 200) -> dict[str, float]:
+    """Sequential recall (cache hits) over one keep-alive httpx connection: the floor
+    under the stdio figure, which adds the relay's own hop."""
+    samples = []
+    headers = {"x-hyphae-key": node.key, "content-type": "application/json"}
+    with httpx.Client(headers=headers, timeout=60) as http:
+        for i in range(warmup + calls):
+            body = recall_hit(i)
+            started = time.perf_counter()
+            http.post(f"{node.url}/mcp", content=body).raise_for_status()
+            if i >= warmup:
+                samples.append((time.perf_counter() - started) * 1000)
+    return percentiles(samples)
+
 
 
 def stdio_latency(node: Node, calls: int, hits: bool, warmup: int = 200) -> dict[str, float]:
@@ -223,7 +303,10 @@ def stdio_latency(node: Node, calls: int, hits: bool, warmup: int = 200) -> dict
     timer.start()
     try:
         samples = []
+        cpu_at_start: tuple[float, float] = (0.0, 0.0)
         for i in range(warmup + calls):
+            if i == warmup:
+                cpu_at_start = (process_cpu_seconds(process.pid), process_cpu_seconds(node.process.pid))
             if hits:
                 query = HIT_QUERIES[i % len(HIT_QUERIES)]
             else:
@@ -239,10 +322,10 @@ def stdio_latency(node: Node, calls: int, hits: bool, warmup: int = 200) -> dict
                 raise RuntimeError(answer[:300])
             if i >= warmup:
                 samples.append(elapsed * 1000)
-        samples.sort()
-        return {"p50_ms": round(samples[len(samples) // 2], 3),
-                "p99_ms": round(samples[int(len(samples) * 0.99)], 3),
-                "mean_ms": round(statistics.fmean(samples), 3), "calls": calls}
+        relay_cpu, daemon_cpu = process_cpu_seconds(process.pid), process_cpu_seconds(node.process.pid)
+        return {**percentiles(samples),
+                "relay_cpu_ms_per_call": round(1000 * (relay_cpu - cpu_at_start[0]) / calls, 2),
+                "daemon_cpu_ms_per_call": round(1000 * (daemon_cpu - cpu_at_start[1]) / calls, 2)}
     finally:
         timer.cancel()
         process.stdin.close()
@@ -295,22 +378,23 @@ def bench_node(node: Node, args: argparse.Namespace, *, store: bool) -> dict[str
     figures["prefill_seconds"] = round(time.monotonic() - started, 1)
     print(f"  pre-filled {args.cells} cells: {figures['prefill_cells_per_s_8_clients']} cells/s", flush=True)
     warm_hits(node)
+    runs: list[tuple[str, Any, bool]] = [("recall_hit", recall_hit, False), ("recall_miss", recall_miss, False)]
+    if store:
+        runs.append(("recall_hit_raw_client", recall_hit, True))
     for clients in (1, 8):
-        for name, make_body in (("recall_hit", recall_hit), ("recall_miss", recall_miss)):
-            rate, runs = median_rate(node, clients, make_body, args.duration, args.repeats)
-            figures[f"{name}_per_s_{clients}"] = round(rate, 1)
-            figures[f"{name}_per_s_{clients}_runs"] = [round(r, 1) for r in runs]
-            print(f"  {name} x{clients}: {rate:.0f}/s {[round(r) for r in runs]}", flush=True)
+        for name, make_body, raw in runs:
+            figures[f"{name}_x{clients}"] = result = measure(node, clients, make_body, args.duration, args.repeats, raw)
+            print(f"  {name} x{clients}: {result}", flush=True)
+    figures["http_sequential_recall_hit"] = http_latency(node, args.stdio_calls)
+    print(f"  http_sequential_recall_hit: {figures['http_sequential_recall_hit']}", flush=True)
     for hits in (True, False):
         name = "stdio_recall_hit" if hits else "stdio_recall_miss"
         figures[name] = stdio_latency(node, args.stdio_calls, hits)
         print(f"  {name}: {figures[name]}", flush=True)
     if store:  # last: it grows the node past the pre-filled size
         for clients in (1, 8):
-            rate, runs = median_rate(node, clients, store_call, args.duration, args.repeats)
-            figures[f"store_per_s_{clients}"] = round(rate, 1)
-            figures[f"store_per_s_{clients}_runs"] = [round(r, 1) for r in runs]
-            print(f"  store x{clients}: {rate:.0f}/s {[round(r) for r in runs]}", flush=True)
+            figures[f"store_x{clients}"] = result = measure(node, clients, store_call, args.duration, args.repeats)
+            print(f"  store x{clients}: {result}", flush=True)
     with httpx.Client(headers={"x-hyphae-key": node.key}, timeout=60) as http:
         figures["cells_at_end"] = http.get(f"{node.url}/v1/stats").json()["cells"]
     return figures

@@ -29,6 +29,7 @@ from .api import RestApi, make_api_app
 from .api.rest import _version
 from .config import load_config
 from .errors import ConfigError, Unavailable
+from .files import write_private
 from .lock import DataDirLock
 from .service import MemoryService
 
@@ -70,15 +71,6 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write a 0600 file atomically (temp file + rename)."""
-    temp = path.with_name(path.name + ".tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(temp, path)
 
 
 def _build_app(service: MemoryService, admin_token: str):
@@ -163,7 +155,7 @@ async def run_daemon(
             url_host = f"[{bound_host}]" if ":" in bound_host else bound_host
             api_url = f"http://{url_host}:{bound_port}"
             admin_token = secrets.token_urlsafe(32)
-            _write_private(home / ADMIN_TOKEN_FILE, admin_token + "\n")
+            write_private(home / ADMIN_TOKEN_FILE, admin_token + "\n")
             hyper = HypercornConfig()
             hyper.bind = [f"fd://{sock.fileno()}"]
             hyper.accesslog = None
@@ -190,7 +182,7 @@ async def run_daemon(
                 nursery.start_soon(_watch_signals, shutdown)
                 nursery.start_soon(_save_indexes_periodically, service)
                 await nursery.start(run_server)
-                _write_private(daemon_file, json.dumps(info))
+                write_private(daemon_file, json.dumps(info))
                 announce(f"Hyphae node {service.node_id} serving {api_url} (MCP: {api_url}/mcp) from {home}")
                 task_status.started(info)
                 await served.wait()  # hypercorn returns once shutdown was asked for and requests drained

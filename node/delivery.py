@@ -122,6 +122,11 @@ class BeaconBook:
             if b.agent_id == agent_id and (b.expires_at is None or b.expires_at > now_ms)
         ]
 
+    def all_live(self, now_ms: int) -> list[Beacon]:
+        with self._lock:
+            groups = list(self._by_tenant.values())
+        return [b for beacons, _ in groups for b in beacons if b.expires_at is None or b.expires_at > now_ms]
+
     def match(self, cell: CellFacts, now_ms: int) -> list[Delivery]:
         """The inbox deliveries a cell earns, best beacon per principal."""
         with self._lock:

@@ -128,6 +128,27 @@ MIGRATIONS: list[list[str]] = [
             last_seq INTEGER NOT NULL
         )""",
     ],
+    # v2: the mesh. Every diff this node originated or accepted, in log order (lsn):
+    # de-duplication by (origin, seq), repair answers, and our own seq across restarts.
+    [
+        """CREATE TABLE mesh_log (
+            lsn         INTEGER PRIMARY KEY,
+            origin      TEXT NOT NULL,
+            seq         INTEGER NOT NULL,
+            kind        INTEGER NOT NULL,
+            is_data     INTEGER NOT NULL,
+            cell_id     TEXT,
+            received_at INTEGER NOT NULL,
+            signed      BLOB NOT NULL,
+            signature   BLOB NOT NULL,
+            hops        INTEGER NOT NULL,
+            ttl         INTEGER NOT NULL,
+            UNIQUE (origin, seq)
+        )""",
+        "CREATE INDEX mesh_log_cell ON mesh_log(cell_id)",
+        "CREATE INDEX mesh_log_data ON mesh_log(is_data, lsn)",
+        "CREATE INDEX cells_origin_stored ON cells(origin_node, stored_at)",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

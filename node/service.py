@@ -12,6 +12,7 @@ embedder and long index work run in worker threads, so the trio loop stays free.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import trio
@@ -38,7 +39,7 @@ from .layers import LayerSet
 from .principals import Principal, hash_api_key, new_api_key
 from .scenes import consolidate, encode_cursor, decode_cursor, scene_row_to_dict, SCENE_COLUMNS
 
-__all__ = ["MemoryService", "Clock"]
+__all__ = ["MemoryService", "MeshHooks", "Clock"]
 
 log = logging.getLogger("hyphae.service")
 
@@ -54,6 +55,20 @@ _CELL_COLUMNS = (
     "scene_id, session_id, project, source_ref, metadata, created_at, layer, embedding_space, hops, "
     "signature IS NOT NULL, forgotten_at, forgotten_by"
 )
+
+
+class MeshHooks(Protocol):
+    """What the facade tells the mesh after a local change is durable."""
+
+    def cell_stored(self, cell: v.Cell) -> None: ...
+
+    def cell_forgotten(self, node_id: str, tenant_id: str, forgotten_at: int) -> None: ...
+
+    def beacon_placed(self, beacon: Beacon) -> None: ...
+
+    def beacon_removed(self, beacon_id: str, tenant_id: str) -> None: ...
+
+    def scene_changed(self, scene: dict[str, Any]) -> None: ...
 
 
 def wall_clock_ms() -> int:
@@ -91,6 +106,7 @@ class MemoryService:
         self.clock = clock
         self.beacons = BeaconBook(config.energy)
         self._embedding = EmbeddingWorker(embedder)
+        self.mesh: MeshHooks | None = None  # set by the daemon when the node is in a team
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         # Open sessions by agent: sessions are local, so this mirror of the table is exact.
         self._open_sessions: dict[str, tuple[str, str, str]] = {}
@@ -212,7 +228,7 @@ class MemoryService:
             agent_id, revoked_at = row
             if revoked_at is None:
                 tx.execute("UPDATE principals SET revoked_at = ? WHERE agent_id = ?", (now, agent_id))
-                tx.after_commit(lambda: self.beacons.remove_agent(agent_id))
+                tx.after_commit(lambda: self._retire_beacons_of(agent_id))
                 revoked_at = now
             return {"name": name, "agent_id": agent_id, "revoked_at": revoked_at}
 
@@ -289,6 +305,8 @@ class MemoryService:
         node_id = await self.db.write(
             lambda tx: self._ingest(tx, cell, idempotency=(principal.agent_id, idempotency_key))
         )
+        if node_id == cell.node_id and self.mesh is not None:
+            self.mesh.cell_stored(cell)
         return {"node_id": node_id}
 
     def _idempotent_hit(self, principal: Principal, key: str) -> str | None:
@@ -536,6 +554,8 @@ class MemoryService:
             return now
 
         forgotten_at = await self.db.write(job)
+        if self.mesh is not None and forgotten_at == now:
+            self.mesh.cell_forgotten(node_id, principal.tenant_id, forgotten_at)
         return {"node_id": node_id, "forgotten_at": forgotten_at}
 
     # -- sessions and scenes -----------------------------------------------------
@@ -561,6 +581,7 @@ class MemoryService:
             )
 
         await self.db.write(job)
+        self._scene_changed(scene_id)
         return {"session_id": session_id, "scene_id": scene_id}
 
     async def end_session(self, principal: Principal, *, session_id: Any = None) -> dict[str, Any]:
@@ -585,7 +606,10 @@ class MemoryService:
             (count,) = tx.execute("SELECT COUNT(*) FROM cells WHERE session_id = ? AND layer != 'L2'", (session_id,)).fetchone()
             return {"session_id": session_id, "ended_at": ended_at, "cell_count": count}
 
-        return await self.db.write(job)
+        result = await self.db.write(job)
+        if result["ended_at"] == now:
+            self._scene_changed(scene_id)
+        return result
 
     def _forget_open_session(self, agent_id: str, session_id: str) -> None:
         if self._open_sessions.get(agent_id, ("",))[0] == session_id:
@@ -694,6 +718,9 @@ class MemoryService:
             return node_id
 
         node_id = await self.db.write(job)
+        if self.mesh is not None:
+            self.mesh.cell_stored(cell)
+        self._scene_changed(scene["scene_id"])
         return {
             "scene_id": scene["scene_id"],
             "node_id": node_id,
@@ -755,6 +782,8 @@ class MemoryService:
             tx.after_commit(lambda: self.beacons.add(beacon))
 
         await self.db.write(job)
+        if self.mesh is not None:
+            self.mesh.beacon_placed(beacon)
         return {"beacon_id": beacon.beacon_id}
 
     async def list_beacons(self, principal: Principal) -> dict[str, Any]:
@@ -777,7 +806,10 @@ class MemoryService:
                 tx.after_commit(lambda: self.beacons.remove(beacon_id))
             return {"beacon_id": beacon_id, "removed_at": removed_at}
 
-        return await self.db.write(job)
+        result = await self.db.write(job)
+        if self.mesh is not None and result["removed_at"] == now:
+            self.mesh.beacon_removed(beacon_id, principal.tenant_id)
+        return result
 
     # -- inbox --------------------------------------------------------------------
 
@@ -818,6 +850,89 @@ class MemoryService:
             return {"diffs": [_diff_dict(r) for r in rows], "cursor": cursor, "remaining": remaining}
 
         return await self.db.write(job)
+
+    # -- the mesh -----------------------------------------------------------------
+
+    def _retire_beacons_of(self, agent_id: str) -> None:
+        """A revoked agent's beacons stop matching here and are withdrawn from the team."""
+        retired = self.beacons.of_agent(agent_id, 0)
+        self.beacons.remove_agent(agent_id)
+        if self.mesh is not None:
+            for beacon in retired:
+                self.mesh.beacon_removed(beacon.beacon_id, beacon.tenant_id)
+
+    def _scene_changed(self, scene_id: str) -> None:
+        if self.mesh is None:
+            return
+        row = self.db.query_one(f"SELECT {SCENE_COLUMNS} FROM scenes WHERE scene_id = ?", (scene_id,))
+        if row is not None:
+            self.mesh.scene_changed({**scene_row_to_dict(row), "tenant_id": row[1]})
+
+    def live_local_beacons(self) -> list[Beacon]:
+        """What the mesh must advertise for this node (replayed when the mesh starts)."""
+        return self.beacons.all_live(self.clock())
+
+    async def ingest_remote(self, cell: v.Cell, *, re_embed: bool) -> str | None:
+        """Store a cell that arrived over the mesh (provenance kept); None if it was known.
+
+        Cells from another embedding space are embedded again here from their content,
+        so one index never mixes spaces.
+        """
+        if cell.tenant_id != self.config.tenant_id:
+            log.warning("dropped a cell of another tenant (%s) from %s", cell.tenant_id, cell.origin_node)
+            return None
+        if self.db.query_one("SELECT 1 FROM cells WHERE node_id = ?", (cell.node_id,)):
+            return None
+        if re_embed:
+            vector = (await self._embed([cell.content]))[0]
+            cell = dataclasses.replace(cell, embedding=vector, embedding_space=self.embedder.space)
+
+        def job(tx: Transaction) -> str | None:
+            if tx.execute("SELECT 1 FROM cells WHERE node_id = ?", (cell.node_id,)).fetchone():
+                return None
+            return self._ingest(tx, cell)
+
+        return await self.db.write(job)
+
+    async def apply_tombstone(self, node_id: str, origin_node: str, forgotten_at: int) -> bool:
+        """A cell forgotten by its author elsewhere becomes a tombstone here too."""
+
+        def job(tx: Transaction) -> bool:
+            row = tx.execute(
+                "SELECT rowid, origin_node, forgotten_at FROM cells WHERE node_id = ?", (node_id,)
+            ).fetchone()
+            if row is None or row[1] != origin_node or row[2] is not None:
+                return False
+            tx.execute(
+                "UPDATE cells SET content = '', embedding = x'', forgotten_at = ?, forgotten_by = source_agent "
+                "WHERE rowid = ?",
+                (forgotten_at, row[0]),
+            )
+            tx.after_commit(lambda: self.layers.remove(row[0]))
+            return True
+
+        return await self.db.write(job)
+
+    async def apply_scene(self, scene: dict[str, Any], origin_node: str) -> None:
+        """Record a teammate's scene so get_scene and list_scenes can show it."""
+        if scene.get("tenant_id") != self.config.tenant_id or not scene.get("scene_id"):
+            return
+        values = (
+            scene["scene_id"], scene["tenant_id"], scene.get("agent_id", ""), scene.get("project"),
+            scene.get("title"), scene.get("session_id"), origin_node, int(scene.get("created_at") or 0),
+            scene.get("ended_at"), scene.get("consolidated_at"), scene.get("summary_node_id"),
+        )
+
+        def job(tx: Transaction) -> None:
+            tx.execute(
+                f"INSERT INTO scenes ({SCENE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (scene_id) DO UPDATE SET ended_at = excluded.ended_at, "
+                "consolidated_at = excluded.consolidated_at, summary_node_id = excluded.summary_node_id "
+                "WHERE scenes.origin_node = excluded.origin_node",
+                values,
+            )
+
+        await self.db.write(job)
 
     # -- node ---------------------------------------------------------------------
 

@@ -1,0 +1,126 @@
+"""Fault injection for the real HTTP transport: partitions, delay and loss between processes.
+
+The simulator cuts links in :class:`mesh.testing.VirtualNetwork`; real processes need
+the same without network namespaces or root. A :class:`FaultPlan` is consulted by the
+transport on every outgoing frame (:meth:`FaultPlan.outgoing`) and by the mesh
+endpoint on every incoming one (:meth:`FaultPlan.blocks_incoming`). Rules name
+addresses as ``"host:port"`` (one peer) or ``"host"`` (every port of that host).
+
+Outgoing frames to a blocked address fail at once with ``SendError("partitioned")``
+(what an unreachable peer looks like to the engine: a failed send); a lost frame
+vanishes silently, as if lost after the peer acknowledged the HTTP request (the
+engine's acks and repair must cope). Incoming frames from a blocked address get a
+503. Between two nodes in one process, where every sender is ``127.0.0.1`` with an
+ephemeral port, partition each side's *outgoing* traffic: ``a.partition(b)`` and
+``b.partition(a)``. Random choices come from a seeded ``random.Random``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import random
+
+__all__ = ["FaultPlan", "Verdict"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """What happens to one outgoing frame."""
+
+    blocked: bool = False
+    lost: bool = False
+    delay: float = 0.0  # seconds before the frame leaves
+
+
+_PASS = Verdict()
+
+
+def _host(address: str) -> str:
+    host, sep, port = address.rpartition(":")
+    return host.strip("[]") if sep and port.isdigit() else address.strip("[]")
+
+
+class FaultPlan:
+    """A mutable set of faults; tests change it while traffic flows."""
+
+    def __init__(self, *, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self._blocked: set[str] = set()
+        self._delay: dict[str, float] = {}  # address or host or "*" -> seconds
+        self._loss: dict[str, float] = {}  # address or host or "*" -> probability
+        self.counters: collections.Counter[str] = collections.Counter()
+
+    # -- changing the plan -------------------------------------------------------------
+
+    def partition(self, *addresses: str) -> None:
+        """Drop all traffic to and from these addresses (or hosts) until healed."""
+        self._blocked.update(addresses)
+
+    def heal(self, *addresses: str) -> None:
+        """Lift the partition for these addresses, or for all when none are named."""
+        if addresses:
+            self._blocked.difference_update(addresses)
+        else:
+            self._blocked.clear()
+
+    def delay(self, seconds: float, *addresses: str) -> None:
+        """Hold frames to these addresses (all when none named) ``seconds`` before sending; 0 clears."""
+        for key in addresses or ("*",):
+            if seconds > 0:
+                self._delay[key] = seconds
+            else:
+                self._delay.pop(key, None)
+
+    def lose(self, probability: float, *addresses: str) -> None:
+        """Silently drop this fraction of frames to these addresses (all when none named)."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError("a loss probability is between 0 and 1")
+        for key in addresses or ("*",):
+            if probability > 0:
+                self._loss[key] = probability
+            else:
+                self._loss.pop(key, None)
+
+    def clear(self) -> None:
+        """No faults at all."""
+        self._blocked.clear()
+        self._delay.clear()
+        self._loss.clear()
+
+    # -- consulting it -----------------------------------------------------------------
+
+    def is_blocked(self, address: str) -> bool:
+        return bool(self._blocked) and (address in self._blocked or _host(address) in self._blocked)
+
+    def outgoing(self, address: str) -> Verdict:
+        """The fate of one frame we are about to send to ``address``."""
+        if not (self._blocked or self._delay or self._loss):
+            return _PASS
+        if self.is_blocked(address):
+            self.counters["blocked_out"] += 1
+            return Verdict(blocked=True)
+        delay = self._lookup(self._delay, address, 0.0)
+        loss = self._lookup(self._loss, address, 0.0)
+        lost = loss > 0 and self.rng.random() < loss
+        if lost:
+            self.counters["lost"] += 1
+        if delay:
+            self.counters["delayed"] += 1
+        return Verdict(lost=lost, delay=delay)
+
+    def blocks_incoming(self, address: str) -> bool:
+        """Should a frame arriving from ``address`` (the TCP peer) be refused?"""
+        if self.is_blocked(address):
+            self.counters["blocked_in"] += 1
+            return True
+        return False
+
+    @staticmethod
+    def _lookup(table: dict[str, float], address: str, default: float) -> float:
+        if not table:
+            return default
+        for key in (address, _host(address), "*"):
+            if key in table:
+                return table[key]
+        return default

@@ -1,0 +1,394 @@
+"""Frames over HTTP: the client side (one shared ``httpx.AsyncClient``) and the mesh endpoint (ASGI).
+
+A sealed frame is the body of ``POST http://{address}/mesh/v1/frames``
+(``application/octet-stream``); the answer is ``202`` once the frame is queued for
+the engine. HTTP knows nothing else: authentication, replay and membership are the
+engine's business (the frame is AEAD-sealed under the team key), so garbage is
+*accepted* here and counted as a drop by the engine, never answered with a 500.
+``GET /mesh/v1/hello`` is public and carries no secret: the protocol version, the
+team id *hash* (as in the zeroconf TXT record) and the node id. Everything else is 404.
+
+Exceptions are translated once, here, at the boundary::
+
+    MeshError (mesh.errors)
+    └── SendError      the peer or the path to it is at fault: refused, timed out,
+                       answered non-2xx, partitioned by a FaultPlan, or a bad address
+
+:class:`MemoryTransport` is the fake beside :class:`HttpTransport`: frames go
+straight to another runtime's ``receive_frame`` in this process, through the same
+:class:`FaultPlan`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import re
+import socket
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
+import trio
+
+from ..errors import MeshError
+from ..wire import WIRE_VERSION
+from .faults import FaultPlan, Verdict
+
+if TYPE_CHECKING:
+    from .driver import MeshRuntime
+
+__all__ = [
+    "PROTOCOL_VERSION", "FRAMES_PATH", "HELLO_PATH", "SendError", "Transport", "HttpTransport",
+    "MemoryTransport", "MemoryHub", "MeshApp", "make_mesh_app", "bind_mesh_socket", "serve_mesh",
+]  # fmt: skip
+
+log = logging.getLogger("hyphae.mesh.transport")
+
+PROTOCOL_VERSION = WIRE_VERSION  # what /mesh/v1/hello and the zeroconf TXT record advertise
+FRAMES_PATH = "/mesh/v1/frames"
+HELLO_PATH = "/mesh/v1/hello"
+_CONTENT_TYPE = "application/octet-stream"
+_ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):([0-9]{1,5})$")
+
+
+class SendError(MeshError):
+    """A frame did not reach the peer; ``reason`` is one of the ``SendError.*`` codes."""
+
+    CONNECT_FAILED = "connect_failed"
+    TIMEOUT = "timeout"
+    HTTP_STATUS = "http_status"  # the peer answered, but not 2xx
+    PARTITIONED = "partitioned"  # a FaultPlan blocked it
+    BAD_ADDRESS = "bad_address"
+    CLOSED = "closed"  # the transport was closed
+
+
+class Transport(Protocol):
+    """What :class:`~mesh.runtime.driver.MeshRuntime` needs to move frames."""
+
+    async def send(self, address: str, frame: bytes) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+@dataclasses.dataclass
+class PeerTraffic:
+    """Per-address counters of one transport."""
+
+    sent: int = 0
+    failed: int = 0
+    in_flight: int = 0
+    bytes_sent: int = 0
+    lost: int = 0  # dropped by a FaultPlan's loss rule
+    last_error: str | None = None
+
+
+class _Counted:
+    """Per-address limiters and counters, shared by both transports."""
+
+    def __init__(self, faults: FaultPlan | None, per_peer_concurrency: int) -> None:
+        if per_peer_concurrency < 1:
+            raise ValueError("per_peer_concurrency must be at least 1")
+        self.faults = faults
+        self.per_peer_concurrency = per_peer_concurrency
+        self.peers: dict[str, PeerTraffic] = {}
+        self._limiters: dict[str, trio.CapacityLimiter] = {}
+        self._closed = False
+
+    def _traffic(self, address: str) -> PeerTraffic:
+        traffic = self.peers.get(address)
+        if traffic is None:
+            traffic = self.peers[address] = PeerTraffic()
+            self._limiters[address] = trio.CapacityLimiter(self.per_peer_concurrency)
+        return traffic
+
+    def _fail(self, traffic: PeerTraffic, address: str, reason: str, message: str) -> SendError:
+        traffic.failed += 1
+        traffic.last_error = reason
+        return SendError(reason, f"send to {address} failed: {message}")
+
+    async def send(self, address: str, frame: bytes) -> None:
+        """Deliver one frame to ``address`` ("host:port"); raises :class:`SendError`."""
+        traffic = self._traffic(address)
+        if self._closed:
+            raise self._fail(traffic, address, SendError.CLOSED, "the transport is closed")
+        verdict = self.faults.outgoing(address) if self.faults is not None else Verdict()
+        if verdict.blocked:
+            raise self._fail(traffic, address, SendError.PARTITIONED, "partitioned by the fault plan")
+        async with self._limiters[address]:
+            traffic.in_flight += 1
+            try:
+                if verdict.delay:
+                    await trio.sleep(verdict.delay)
+                if verdict.lost:
+                    traffic.lost += 1
+                    return
+                await self._deliver(traffic, address, frame)
+            finally:
+                traffic.in_flight -= 1
+        traffic.sent += 1
+        traffic.bytes_sent += len(frame)
+
+    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> None:
+        raise NotImplementedError
+
+    def status(self) -> dict[str, Any]:
+        """Per-peer traffic, plus totals."""
+        peers = {address: dataclasses.asdict(t) for address, t in self.peers.items()}
+        return {
+            "sent": sum(t.sent for t in self.peers.values()),
+            "failed": sum(t.failed for t in self.peers.values()),
+            "in_flight": sum(t.in_flight for t in self.peers.values()),
+            "peers": peers,
+            "faults": dict(self.faults.counters) if self.faults is not None else {},
+        }
+
+
+class HttpTransport(_Counted):
+    """POSTs frames with one shared ``httpx.AsyncClient``: keep-alive, a timeout per request,
+    at most ``per_peer_concurrency`` requests in flight to one address.
+
+    A client passed in stays the caller's to close; one made here is closed by :meth:`aclose`.
+    The default client ignores proxy environment variables: mesh traffic is LAN traffic.
+    """
+
+    def __init__(
+        self, *, client: httpx.AsyncClient | None = None, faults: FaultPlan | None = None, timeout: float = 5.0,
+        per_peer_concurrency: int = 4,
+    ) -> None:  # fmt: skip
+        super().__init__(faults, per_peer_concurrency)
+        self._owns_client = client is None
+        self._timeout = httpx.Timeout(timeout)
+        self.client = client or httpx.AsyncClient(
+            timeout=self._timeout,
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128, keepalive_expiry=30.0),
+            trust_env=False,
+        )
+        self._urls: dict[str, str] = {}
+
+    def _url(self, address: str) -> str | None:
+        url = self._urls.get(address)
+        if url is None:
+            match = _ADDRESS.match(address)
+            if match is None or not 0 < int(match.group(2)) < 65536:
+                return None
+            url = self._urls[address] = f"http://{address}{FRAMES_PATH}"
+        return url
+
+    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> None:
+        url = self._url(address)
+        if url is None:
+            raise self._fail(traffic, address, SendError.BAD_ADDRESS, "not a host:port address")
+        try:
+            response = await self.client.post(
+                url, content=frame, headers={"content-type": _CONTENT_TYPE}, timeout=self._timeout
+            )
+        except httpx.TimeoutException as exc:
+            raise self._fail(traffic, address, SendError.TIMEOUT, type(exc).__name__) from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise self._fail(traffic, address, SendError.CONNECT_FAILED, f"{type(exc).__name__}: {exc}") from None
+        if not 200 <= response.status_code < 300:
+            raise self._fail(traffic, address, SendError.HTTP_STATUS, f"HTTP {response.status_code}")
+
+    async def aclose(self) -> None:
+        """Refuse further sends; close the client if this transport made it."""
+        self._closed = True
+        if self._owns_client:
+            await self.client.aclose()
+
+
+class MemoryHub:
+    """Runtimes by address, in one process: the network of :class:`MemoryTransport`."""
+
+    def __init__(self) -> None:
+        self.runtimes: dict[str, MeshRuntime] = {}
+
+    def attach(self, address: str, runtime: MeshRuntime) -> None:
+        self.runtimes[address] = runtime
+
+    def detach(self, address: str) -> None:
+        self.runtimes.pop(address, None)
+
+
+class MemoryTransport(_Counted):
+    """Hands frames to the runtime attached at the destination address; no sockets."""
+
+    def __init__(
+        self, hub: MemoryHub, *, source: str, faults: FaultPlan | None = None, per_peer_concurrency: int = 4
+    ) -> None:
+        super().__init__(faults, per_peer_concurrency)
+        self.hub = hub
+        self.source = source
+
+    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> None:
+        runtime = self.hub.runtimes.get(address)
+        if runtime is None:
+            raise self._fail(traffic, address, SendError.CONNECT_FAILED, "nothing listens there")
+        await runtime.receive_frame(self.source, frame)
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+
+# -- the server side ----------------------------------------------------------------------
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class _Disconnected(Exception):
+    pass
+
+
+class MeshApp:
+    """The ASGI app of the mesh port. Counts what it refuses in ``runtime.counters``."""
+
+    def __init__(self, runtime: MeshRuntime, *, max_frame_bytes: int, faults: FaultPlan | None = None) -> None:
+        self.runtime = runtime
+        self.max_frame_bytes = max_frame_bytes
+        self.faults = faults
+        engine = runtime.engine
+        self._hello = json.dumps(
+            {"protocol": PROTOCOL_VERSION, "team_hash": engine.config.team.id_hash, "node_id": engine.node_id}
+        ).encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict]], send: Callable) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # websockets: not served; closing the scope refuses them
+        path, method = scope["path"], scope["method"]
+        if path == FRAMES_PATH:
+            if method != "POST":
+                await _respond(send, 405, b"use POST\n", headers=[(b"allow", b"POST")])
+                return
+            await self._frames(scope, receive, send)
+        elif path == HELLO_PATH:
+            if method not in ("GET", "HEAD"):
+                await _respond(send, 405, b"use GET\n", headers=[(b"allow", b"GET, HEAD")])
+                return
+            await _respond(send, 200, self._hello, content_type=b"application/json")
+        else:
+            self.runtime.counters["http_not_found"] += 1
+            await _respond(send, 404, b"not found\n")
+
+    async def _frames(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        counters = self.runtime.counters
+        client = scope.get("client")
+        source = f"{client[0]}:{client[1]}" if client else ""
+        if self.faults is not None and source and self.faults.blocks_incoming(source):
+            await _respond(send, 503, b"partitioned\n")
+            return
+        declared = _content_length(scope)
+        try:
+            if declared is not None and declared > self.max_frame_bytes:
+                raise _BodyTooLarge
+            frame = await _read_body(receive, self.max_frame_bytes)
+        except _BodyTooLarge:
+            counters["http_oversized"] += 1
+            await _respond(send, 413, b"frame too large\n", headers=[(b"connection", b"close")])
+            return
+        except _Disconnected:
+            counters["http_disconnected"] += 1
+            return
+        try:
+            await self.runtime.receive_frame(source, frame)
+        except Exception:  # the runtime is shutting down; tell the peer to try later
+            log.debug("frame from %s not queued", source, exc_info=True)
+            counters["http_unavailable"] += 1
+            await _respond(send, 503, b"not running\n")
+            return
+        await _respond(send, 202, b"")
+
+
+def make_mesh_app(runtime: MeshRuntime, *, max_frame_bytes: int, faults: FaultPlan | None = None) -> MeshApp:
+    """The ASGI app for the mesh port; ``faults`` defaults to the runtime transport's plan."""
+    if faults is None:
+        faults = getattr(runtime.transport, "faults", None)
+    return MeshApp(runtime, max_frame_bytes=max_frame_bytes, faults=faults)
+
+
+def _content_length(scope: dict[str, Any]) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _read_body(receive: Callable, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise _BodyTooLarge
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _respond(
+    send: Callable, status: int, body: bytes, *, content_type: bytes = b"text/plain; charset=utf-8",
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:  # fmt: skip
+    head = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *(headers or ())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Callable, send: Callable) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+# -- serving ------------------------------------------------------------------------------
+
+
+def bind_mesh_socket(host: str = "0.0.0.0", port: int = 0) -> socket.socket:
+    """A bound (not yet listening) TCP socket for :func:`serve_mesh`; port 0 picks one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve_mesh(
+    app: Any, sock: socket.socket, *, shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
+    graceful_timeout: float = 2.0, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:  # fmt: skip
+    """Serve ``app`` with hypercorn on ``sock`` until cancelled (or ``shutdown_trigger`` returns).
+
+    Hypercorn adopts the file descriptor (``fd://``) and closes it when it stops, so the
+    socket object is detached here: ``sock`` must not be used afterwards.
+    """
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.keep_alive_timeout = 75  # longer than the clients' keep-alive expiry
+    config.graceful_timeout = graceful_timeout
+    await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)

@@ -1,0 +1,85 @@
+"""The mesh's diff log over SQLite (the :class:`mesh.memory.DiffLog` protocol).
+
+The engine calls the log synchronously on the trio thread, so reads of what it just
+wrote must not wait for a commit: membership of ``(origin, seq)`` and our own highest
+seq live in memory (loaded at open), and diffs not yet committed sit in a small
+overlay until their write lands. Writes go through the node's group committer like
+every other write.
+"""
+
+from __future__ import annotations
+
+from mesh.wire import DATA_KINDS, CellPayload, Diff, DiffKind, decode_signed
+
+from .database import Database, Transaction
+
+__all__ = ["SqliteDiffLog"]
+
+
+class SqliteDiffLog:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._held: set[tuple[str, int]] = set()
+        self._max_seq: dict[str, int] = {}
+        for origin, seq in db.query("SELECT origin, seq FROM mesh_log"):
+            self._held.add((origin, seq))
+            if seq > self._max_seq.get(origin, 0):
+                self._max_seq[origin] = seq
+        self._pending_cells: dict[str, Diff] = {}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def has(self, origin: str, seq: int) -> bool:
+        return (origin, seq) in self._held
+
+    def max_seq(self, origin: str) -> int:
+        return self._max_seq.get(origin, 0)
+
+    def put(self, diff: Diff, received_at: int) -> bool:
+        key = (diff.origin, diff.seq)
+        if key in self._held:
+            return False
+        self._held.add(key)
+        if diff.seq > self._max_seq.get(diff.origin, 0):
+            self._max_seq[diff.origin] = diff.seq
+        cell_id = None
+        if isinstance(diff.payload, CellPayload):
+            cell_id = diff.payload.node_id
+            self._pending_cells[cell_id] = diff
+        elif diff.kind in DATA_KINDS:
+            cell_id = getattr(diff.payload, "cell_id", None)
+        row = (
+            diff.origin, diff.seq, int(diff.kind), int(diff.kind in DATA_KINDS), cell_id, received_at,
+            diff.signed, diff.signature, diff.hops, diff.ttl,
+        )
+
+        def job(tx: Transaction) -> None:
+            tx.execute(
+                "INSERT OR IGNORE INTO mesh_log (origin, seq, kind, is_data, cell_id, received_at, signed, "
+                "signature, hops, ttl) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                row,
+            )
+            if isinstance(diff.payload, CellPayload):
+                tx.after_commit(lambda: self._pending_cells.pop(diff.payload.node_id, None))
+
+        self.db.submit(job)
+        return True
+
+    def cell(self, cell_id: str) -> Diff | None:
+        pending = self._pending_cells.get(cell_id)
+        if pending is not None:
+            return pending
+        row = self.db.query_one(
+            "SELECT signed, signature, hops, ttl FROM mesh_log WHERE cell_id = ? AND kind = ? ORDER BY lsn LIMIT 1",
+            (cell_id, int(DiffKind.CELL)),
+        )
+        return decode_signed(*row) if row else None
+
+    def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
+        rows = self.db.query(
+            "SELECT lsn, received_at, signed, signature, hops, ttl FROM mesh_log "
+            "WHERE is_data = 1 AND lsn > ? ORDER BY lsn LIMIT ?",
+            (after, limit),
+        )
+        return [(lsn, received_at, decode_signed(*rest)) for lsn, received_at, *rest in rows]

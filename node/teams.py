@@ -1,0 +1,63 @@
+"""The node's team: its id and key on disk, and adopting a team as the node's tenant.
+
+A tenant is a team (DESIGN §3). ``team.json`` (0600) holds the team id and the 32-byte
+key; the key never leaves it except inside a join token the user copies on purpose.
+Joining or creating a team makes the team id the node's tenant: the node's agents and
+memories move into it, so what they already know is the team's from then on.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from pathlib import Path
+
+from mesh.team import Team
+
+from .config import CONFIG_NAME
+from .database import Database
+from .errors import ConfigError
+from .files import write_private
+
+__all__ = ["TEAM_FILE", "load_team", "adopt_team"]
+
+TEAM_FILE = "team.json"
+_TENANT_TABLES = ("principals", "cells", "scenes", "sessions", "beacons")
+
+
+def load_team(home: Path) -> Team | None:
+    path = home / TEAM_FILE
+    try:
+        data = json.loads(path.read_text())
+        return Team(data["team_id"], base64.b64decode(data["team_key"]))
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path} is damaged ({exc}); join the team again with `hyphae team join TOKEN`") from None
+
+
+def adopt_team(home: Path, team: Team) -> str:
+    """Store the team and make it the node's tenant; returns the previous tenant id."""
+    config_path = home / CONFIG_NAME
+    text = config_path.read_text(encoding="utf-8")
+    match = re.search(r'(?m)^tenant_id\s*=\s*"([^"]*)"', text)
+    if match is None:
+        raise ConfigError(f"{config_path}: no tenant_id line to update")
+    previous = match.group(1)
+    db = Database(home / "hyphae.db")
+    try:
+        def job(tx) -> None:
+            for table in _TENANT_TABLES:
+                tx.execute(f"UPDATE {table} SET tenant_id = ? WHERE tenant_id = ?", (team.team_id, previous))
+
+        db.write_sync(job)
+    finally:
+        db.close()
+    write_private(home / TEAM_FILE, json.dumps({"team_id": team.team_id, "team_key": base64.b64encode(team.team_key).decode()}))
+    updated = text[: match.start(1)] + team.team_id + text[match.end(1):]
+    temp = config_path.with_name(config_path.name + ".tmp")
+    temp.write_text(updated, encoding="utf-8")
+    os.replace(temp, config_path)
+    return previous
