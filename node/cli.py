@@ -181,7 +181,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     def announce(line: str) -> None:
         print(line, flush=True)
 
-    trio.run(lambda: run_daemon(args.home, api=args.api, allow_remote=args.allow_remote, announce=announce))
+    trio.run(
+        lambda: run_daemon(
+            args.home,
+            api=args.api,
+            mesh=args.mesh,
+            peers=args.peer,
+            discovery=False if args.no_discovery else None,
+            allow_remote=args.allow_remote,
+            announce=announce,
+        )
+    )
     return EXIT_OK
 
 
@@ -240,6 +250,86 @@ def cmd_connect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_team_create(args: argparse.Namespace) -> int:
+    from mesh.team import Team
+
+    return _adopt(args, Team.create(), "Created")
+
+
+def cmd_team_join(args: argparse.Namespace) -> int:
+    from mesh.errors import JoinTokenError
+    from mesh.team import Team
+
+    try:
+        team = Team.from_join_token(args.token.strip())
+    except JoinTokenError as exc:
+        raise CliError(f"that is not a valid join token: {exc}", EXIT_USAGE) from None
+    return _adopt(args, team, "Joined")
+
+
+def _adopt(args: argparse.Namespace, team, verb: str) -> int:
+    from .client import running_daemon
+    from .teams import adopt_team, load_team
+
+    if running_daemon(args.home) is not None:
+        raise CliError("stop the running node first (`hyphae up` in its terminal: Ctrl-C); joining changes its tenant")
+    current = load_team(args.home)
+    if current is not None and current.team_id != team.team_id:
+        raise CliError(f"this node is already in team {current.team_id}; use a fresh data dir for another team")
+    from .config import load_config
+
+    load_config(args.home)  # a clear error if there is no data dir
+    adopt_team(args.home, team)
+    if args.json:
+        emit_json({"team_id": team.team_id, "join_token": team.join_token()})
+        return EXIT_OK
+    print(f"{verb} team {team.team_id}. Teammates join with the token below (keep it secret:", file=sys.stderr)
+    print("it is the team key). Then run `hyphae up`: nodes on your LAN find each other.", file=sys.stderr)
+    print(team.join_token())
+    return EXIT_OK
+
+
+def cmd_team_show(args: argparse.Namespace) -> int:
+    from .teams import load_team
+
+    team = load_team(args.home)
+    if team is None:
+        raise CliError("this node is in no team: `hyphae team create` or `hyphae team join TOKEN`")
+    data = {"team_id": team.team_id, "team_hash": team.id_hash}
+    if args.token:
+        data["join_token"] = team.join_token()
+    if args.json:
+        emit_json(data)
+    else:
+        print(f"team {team.team_id} (hash {team.id_hash})")
+        if args.token:
+            print(data["join_token"])
+    return EXIT_OK
+
+
+def cmd_peers(args: argparse.Namespace) -> int:
+    from .client import running_daemon
+
+    if running_daemon(args.home) is None:
+        raise CliError("no node is running for this data dir: start it with `hyphae up`")
+    status = administer(args, "peers")
+    if args.json:
+        emit_json(status)
+        return EXIT_OK
+    if not status.get("enabled"):
+        print("Mesh is off: this node is in no team (`hyphae team create|join`).")
+        return EXIT_OK
+    print(f"node {status['node_id']} at {status['address']}, team {status['team_id']}")
+    if not status["peers"]:
+        print("No peers yet (LAN discovery runs; add static ones with `hyphae up --peer HOST:PORT`).")
+    for peer in status["peers"]:
+        print(f"  {peer['node_id'][:12]}  {peer['address']:<22} {peer['state']:<8} queue={peer['queue_depth']}")
+    drops = status.get("drops") or {}
+    if drops:
+        print("drops: " + ", ".join(f"{reason}={count}" for reason, count in sorted(drops.items())))
+    return EXIT_OK
+
+
 # -- plumbing ----------------------------------------------------------------------
 
 # How each facade call travels when a daemon runs: (HTTP method, path).
@@ -254,6 +344,7 @@ _ROUTES = {
     "add_agent": ("POST", "/v1/admin/agents"),
     "list_agents": ("GET", "/v1/admin/agents"),
     "revoke_agent": ("DELETE", "/v1/admin/agents/{name}"),
+    "peers": ("GET", "/v1/admin/peers"),
 }
 
 
@@ -302,6 +393,8 @@ def administer(args: argparse.Namespace, op: str, **kwargs: Any) -> Any:
         return result
 
     async def run(service):
+        if op == "peers":
+            return {"enabled": False}
         value = await getattr(service, op)(*kwargs.values())
         if op == "add_agent":
             principal, api_key = value
@@ -378,6 +471,19 @@ def build_parser() -> argparse.ArgumentParser:
     up = command("up", cmd_up, "run the node daemon (API, MCP over HTTP) in the foreground")
     up.add_argument("--api", metavar="HOST:PORT", help="API address (default from config: 127.0.0.1:7777)")
     up.add_argument("--allow-remote", action="store_true", help="allow a non-loopback API address")
+    up.add_argument("--mesh", metavar="HOST:PORT", help="mesh address (default from config: 0.0.0.0:7979)")
+    up.add_argument("--peer", action="append", metavar="HOST:PORT", help="a static peer (repeatable)")
+    up.add_argument("--no-discovery", action="store_true", help="do not look for peers with zeroconf")
+
+    team = commands.add_parser("team", help="create or join a team (the mesh)", description="create or join a team")
+    team_commands = team.add_subparsers(dest="team_command", metavar="ACTION")
+    team_commands.required = True
+    command("create", cmd_team_create, "create a team; prints its join token on the last line", team_commands)
+    join = command("join", cmd_team_join, "join a team with a token from `hyphae team create`", team_commands)
+    join.add_argument("token")
+    show = command("show", cmd_team_show, "this node's team", team_commands)
+    show.add_argument("--token", action="store_true", help="also print the join token (it holds the team key)")
+    command("peers", cmd_peers, "the mesh: peers, their state, queues and drops")
 
     command("mcp", cmd_mcp, "serve MCP over stdio for an agent (starts the daemon if needed)")
     command("status", cmd_status, "is the daemon running, and what does it hold")

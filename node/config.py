@@ -38,6 +38,7 @@ class NodeConfig:
     api_listen: str = DEFAULT_API
     mesh_listen: str = DEFAULT_MESH
     peers: tuple[str, ...] = ()
+    discovery: bool = True
     embedder: dict[str, Any] = dataclasses.field(default_factory=dict)
     energy: EnergyModel = dataclasses.field(default_factory=EnergyModel)
     default_beacon_threshold: float = DEFAULT_BEACON_THRESHOLD
@@ -89,8 +90,9 @@ listen = "{DEFAULT_API}"
 
 [mesh]
 listen = "{DEFAULT_MESH}"
-# Static peers as "host:port", besides the ones zeroconf finds.
+# Static peers as "host:port", besides the ones zeroconf finds on the LAN.
 peers = []
+discovery = true
 
 [embedder]
 # "builtin" (all-MiniLM-L6-v2, offline), "hashed", "openai" or "ollama".
@@ -130,7 +132,7 @@ def load_config(home: Path) -> NodeConfig:
         raise ConfigError(f"{path}: unknown sections: {', '.join(unknown)}")
     node = _table(data, "node", {"tenant_id", "name"}, path)
     api = _table(data, "api", {"listen"}, path)
-    mesh = _table(data, "mesh", {"listen", "peers"}, path)
+    mesh = _table(data, "mesh", {"listen", "peers", "discovery"}, path)
     beacons = _table(data, "beacons", {"default_threshold"}, path)
     storage = _table(data, "storage", {"group_commit_ms"}, path)
     if "tenant_id" not in node:
@@ -158,6 +160,7 @@ def load_config(home: Path) -> NodeConfig:
         api_listen=str(api.get("listen", DEFAULT_API)),
         mesh_listen=str(mesh.get("listen", DEFAULT_MESH)),
         peers=tuple(peers),
+        discovery=bool(mesh.get("discovery", True)),
         embedder=dict(data.get("embedder", {})),
         energy=energy,
         default_beacon_threshold=threshold,

@@ -11,6 +11,7 @@ saved, the lock is released.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import logging
@@ -31,7 +32,9 @@ from .config import load_config
 from .errors import ConfigError, Unavailable
 from .files import write_private
 from .lock import DataDirLock
+from .mesh_node import run_mesh
 from .service import MemoryService
+from .teams import load_team
 
 __all__ = ["run_daemon", "parse_listen", "DAEMON_FILE", "ADMIN_TOKEN_FILE"]
 
@@ -127,6 +130,9 @@ async def run_daemon(
     home: Path,
     *,
     api: str | None = None,
+    mesh: str | None = None,
+    peers: list[str] | None = None,
+    discovery: bool | None = None,
     allow_remote: bool = False,
     announce=print,
     task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED,
@@ -182,6 +188,24 @@ async def run_daemon(
                 nursery.start_soon(_watch_signals, shutdown)
                 nursery.start_soon(_save_indexes_periodically, service)
                 await nursery.start(run_server)
+                team = load_team(home)
+                if team is not None:
+                    mesh_host, mesh_port = parse_listen(mesh or config.mesh_listen)
+                    mesh_sock = _bind(mesh_host, mesh_port)
+                    started = await nursery.start(
+                        functools.partial(
+                            run_mesh,
+                            service,
+                            team,
+                            mesh_sock,
+                            peers=[*config.peers, *(peers or [])],
+                            discovery=config.discovery if discovery is None else discovery,
+                        )
+                    )
+                    info["mesh_address"] = started["mesh_address"]
+                    announce(f"Mesh: team {team.team_id} on {started['mesh_address']}")
+                else:
+                    announce("Mesh: off (this node is in no team; see `hyphae team create|join`)")
                 write_private(daemon_file, json.dumps(info))
                 announce(f"Hyphae node {service.node_id} serving {api_url} (MCP: {api_url}/mcp) from {home}")
                 task_status.started(info)

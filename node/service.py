@@ -107,6 +107,7 @@ class MemoryService:
         self.beacons = BeaconBook(config.energy)
         self._embedding = EmbeddingWorker(embedder)
         self.mesh: MeshHooks | None = None  # set by the daemon when the node is in a team
+        self.mesh_status: Callable[[], dict[str, Any]] | None = None
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         # Open sessions by agent: sessions are local, so this mirror of the table is exact.
         self._open_sessions: dict[str, tuple[str, str, str]] = {}
@@ -867,6 +868,26 @@ class MemoryService:
         row = self.db.query_one(f"SELECT {SCENE_COLUMNS} FROM scenes WHERE scene_id = ?", (scene_id,))
         if row is not None:
             self.mesh.scene_changed({**scene_row_to_dict(row), "tenant_id": row[1]})
+
+    def cell_record(self, node_id: str) -> v.Cell:
+        """A stored cell as the immutable record (for re-announcing it to the mesh)."""
+        row = self.db.query_one(
+            "SELECT node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, created_at, layer, "
+            "embedding, embedding_space, scene_id, session_id, project, source_ref, metadata, hops, signature "
+            "FROM cells WHERE node_id = ?",
+            (node_id,),
+        )
+        if row is None:
+            raise NotFound(f"no cell {node_id}", field="node_id")
+        (node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, created_at, layer, embedding,
+         space, scene_id, session_id, project, source_ref, metadata, hops, signature) = row
+        return v.Cell(
+            node_id=node_id, tenant_id=tenant_id, source_agent=source_agent, origin_node=origin_node,
+            content=content, cell_type=cell_type, salience=salience, created_at=created_at, layer=layer,
+            embedding=np.frombuffer(embedding, dtype=np.float32), embedding_space=space, scene_id=scene_id,
+            session_id=session_id, project=project, source_ref=json.loads(source_ref) if source_ref else None,
+            metadata=json.loads(metadata), hops=hops, signature=signature,
+        )  # fmt: skip
 
     def live_local_beacons(self) -> list[Beacon]:
         """What the mesh must advertise for this node (replayed when the mesh starts)."""

@@ -149,6 +149,11 @@ async def _stats(service, _principal, _request):
     return await service.stats()
 
 
+async def _peers(service, _principal, _request):
+    status = service.mesh_status
+    return status() if status is not None else {"enabled": False}
+
+
 async def _add_agent(service, _principal, request):
     data = _body(request, ("name", "projects"))
     principal, api_key = await service.add_agent(data.get("name"), data.get("projects"))
@@ -185,6 +190,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/admin/agents", _add_agent, "Create an agent; its key is returned once", auth="admin", status=201, body=("name", "projects"), tag="admin"),
     Route("GET", "/v1/admin/agents", _list_agents, "List agents", auth="admin", tag="admin"),
     Route("DELETE", "/v1/admin/agents/{name}", _revoke_agent, "Revoke an agent's key", auth="admin", tag="admin"),
+    Route("GET", "/v1/peers", _peers, "The mesh: peers, states, queues, drop counters", tag="node"),
+    Route("GET", "/v1/admin/peers", _peers, "The mesh, for the data dir's owner", auth="admin", tag="admin"),
 )
 
 

@@ -55,7 +55,8 @@ ANNOTATIONS = {
 CONNECT_BOUND = 8.0
 OLD_SDK = "mcp==1.30.0"  # the last 1.x release
 
-BEACON_TOPIC = "deploys go through the staging cluster first"
+# One standing interest per transport, far apart in meaning, so neither run feeds the other's inbox.
+TOPICS = {"stdio": "deploys go through the staging cluster first", "http": "the mobile app ships every second Thursday"}
 
 
 @pytest.fixture(scope="module")
@@ -116,14 +117,14 @@ async def _exercise(client: Client, daemon: Daemon, bob_key: str, tag: str) -> N
     assert ended["session_id"] == session["session_id"]
     assert ended["cell_count"] == 1 and isinstance(ended["ended_at"], int)
 
-    beacon = _payload(await client.call_tool("place_beacon", {"query": f"{tag} {BEACON_TOPIC}"}))
+    beacon = _payload(await client.call_tool("place_beacon", {"query": TOPICS[tag]}))
     assert set(beacon) == {"beacon_id"}
     beacons = _payload(await client.call_tool("list_beacons", {}))
     assert [b["beacon_id"] for b in beacons["beacons"]] == [beacon["beacon_id"]]
 
     # Another agent stores what the beacon asks for; it lands in this agent's inbox.
     with daemon.client(bob_key) as rest:
-        response = rest.post("/v1/cells", json={"content": f"{tag} {BEACON_TOPIC}", "cell_type": "Decision"})
+        response = rest.post("/v1/cells", json={"content": TOPICS[tag].capitalize() + ".", "cell_type": "Decision"})
         assert response.status_code == 201, response.text
         delivered_id = response.json()["node_id"]
 
@@ -131,7 +132,7 @@ async def _exercise(client: Client, daemon: Daemon, bob_key: str, tag: str) -> N
     assert set(inbox) == {"diffs", "next_since"}
     assert [d["node_id"] for d in inbox["diffs"]] == [delivered_id]
     diff = inbox["diffs"][0]
-    assert diff["content"] == f"{tag} {BEACON_TOPIC}" and diff["beacon_id"] == beacon["beacon_id"]
+    assert diff["content"] == TOPICS[tag].capitalize() + "." and diff["beacon_id"] == beacon["beacon_id"]
     assert inbox["next_since"] == diff["received_at"]
 
     scene = _payload(await client.call_tool("get_scene", {"scene_id": session["scene_id"]}))

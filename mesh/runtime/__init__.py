@@ -1,0 +1,26 @@
+"""The I/O side of the mesh: trio tasks, HTTP and zeroconf around the sans-IO engine.
+
+:class:`MeshRuntime` owns one :class:`~mesh.engine.MeshEngine`: it feeds it events
+(frames, timers, local changes, send failures) through one channel and carries out
+its effects (frames to per-peer send lanes, timers, everything else to an
+:class:`EffectSink`). :class:`HttpTransport` sends frames; :func:`make_mesh_app` is
+the mesh port's ASGI app; :class:`Discovery` proposes peers found by zeroconf;
+:class:`FaultPlan` injects partitions, delay and loss between real processes.
+Nothing outside this package imports trio, httpx, hypercorn or zeroconf.
+"""
+
+from .discovery import SERVICE_TYPE, Discovery
+from .driver import EffectSink, MeshRuntime, wall_clock_ms
+from .faults import FaultPlan, Verdict
+from .transport import (
+    FRAMES_PATH, HELLO_PATH, PROTOCOL_VERSION, HttpTransport, MemoryHub, MemoryTransport, MeshApp, SendError,
+    Transport, bind_mesh_socket, make_mesh_app, serve_mesh,
+)  # fmt: skip
+
+__all__ = [
+    "MeshRuntime", "EffectSink", "wall_clock_ms",
+    "Transport", "HttpTransport", "MemoryTransport", "MemoryHub", "SendError",
+    "MeshApp", "make_mesh_app", "bind_mesh_socket", "serve_mesh", "PROTOCOL_VERSION", "FRAMES_PATH", "HELLO_PATH",
+    "Discovery", "SERVICE_TYPE",
+    "FaultPlan", "Verdict",
+]  # fmt: skip

@@ -1,0 +1,245 @@
+"""The trio runtime: feeds the sans-IO engine and carries out its effects.
+
+Theory of operation
+-------------------
+One task owns the engine. Every event reaches it through one trio memory channel:
+frames from the HTTP endpoint, timer firings, local events from :meth:`MeshRuntime.submit`
+and send failures, so :meth:`MeshEngine.handle` is never re-entered and events are
+handled in the order they were queued. The clock is read once per event.
+
+The effects of one event are carried out in order:
+
+* ``SendFrame`` goes to the *lane* of its address: a bounded queue and a worker that
+  POSTs with at most ``per_peer_concurrency`` requests in flight. A full queue drops
+  the frame (counted; the engine retransmits data and gossips again); a failed send
+  comes back as ``SendFailed(address)``. Idle lanes retire, so addresses that churn
+  leave nothing behind.
+* ``SetTimer(name, at_ms)`` replaces the timer of that name. One timer task sleeps
+  until the earliest deadline (wall ms converted to ``trio.current_time()``) and
+  fires ``TimerFired(name)`` once the clock has reached it: never early, because the
+  engine ignores an early firing and would not re-arm that timer.
+* everything else is awaited in ``sink.apply(effect)``; a sink that raises is logged
+  and counted, and the runtime goes on.
+
+Received frames hold one of ``frame_backlog`` slots until the engine has handled
+them, so a flood of frames pushes back on the HTTP handlers (and through them on
+the senders) while local events from :meth:`submit` are never refused.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import trio
+
+from ..engine import MeshEngine
+from ..events import Effect, Event, FrameReceived, SendFailed, SendFrame, SetTimer, Started, TimerFired
+from .transport import SendError, Transport
+
+__all__ = ["MeshRuntime", "EffectSink", "wall_clock_ms"]
+
+log = logging.getLogger("hyphae.mesh.runtime")
+
+
+class EffectSink(Protocol):
+    """Receives every effect that is not ``SendFrame``/``SetTimer``, in order."""
+
+    async def apply(self, effect: Effect) -> None: ...
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclasses.dataclass(eq=False)
+class _Lane:
+    """The outgoing queue of one address."""
+
+    address: str
+    tx: trio.MemorySendChannel[bytes]
+    rx: trio.MemoryReceiveChannel[bytes]
+    slots: trio.Semaphore
+    queued: int = 0
+    dropped: int = 0
+
+
+class MeshRuntime:
+    """Runs one :class:`MeshEngine` under trio; see the module docstring."""
+
+    def __init__(
+        self, engine: MeshEngine, *, transport: Transport, sink: EffectSink, clock: Callable[[], int] | None = None,
+        peer_queue_limit: int = 256, per_peer_concurrency: int = 4, frame_backlog: int = 256,
+        lane_idle_timeout: float = 60.0,
+    ) -> None:  # fmt: skip
+        self.engine = engine
+        self.transport = transport
+        self.sink = sink
+        self.clock = clock or wall_clock_ms
+        self.counters: collections.Counter[str] = collections.Counter()
+        self._peer_queue_limit = peer_queue_limit
+        self._per_peer_concurrency = per_peer_concurrency
+        self._lane_idle_timeout = lane_idle_timeout
+        self._events_tx, self._events_rx = trio.open_memory_channel[Event](math.inf)
+        self._frame_slots = trio.Semaphore(frame_backlog)
+        self._timers: dict[str, int] = {}
+        self._timers_changed = trio.Event()
+        self._lanes: dict[str, _Lane] = {}
+        self._nursery: trio.Nursery | None = None
+        self._running = False
+
+    # -- the public surface -------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Feed ``Started()``, then run the engine, timer and send tasks until cancelled."""
+        if self._running:
+            raise RuntimeError("this MeshRuntime is already running")
+        self._running = True
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._timer_loop)
+                await self._handle(Started())
+                task_status.started()
+                await self._engine_loop()
+        finally:
+            self._nursery = None
+            self._lanes.clear()
+            self._timers.clear()
+            self._running = False
+
+    def submit(self, event: Event) -> None:
+        """Queue a local event (on the trio thread; never blocks). Handled in order."""
+        self._events_tx.send_nowait(event)
+
+    async def receive_frame(self, address: str, frame: bytes) -> None:
+        """Queue a frame from the network; waits while ``frame_backlog`` frames are pending."""
+        await self._frame_slots.acquire()
+        self.counters["frames_queued"] += 1
+        self._events_tx.send_nowait(FrameReceived(address, frame))
+
+    def status(self) -> dict[str, Any]:
+        """``engine.status()`` plus the transport's and the runtime's own counters."""
+        status = self.engine.status()
+        status["transport"] = self.transport.status()
+        status["runtime"] = {
+            "running": self._running,
+            "lanes": {
+                address: {"queued": lane.queued, "dropped": lane.dropped} for address, lane in self._lanes.items()
+            },
+            "timers": dict(self._timers),
+            **self.counters,
+        }
+        return status
+
+    # -- the engine task ----------------------------------------------------------------
+
+    async def _engine_loop(self) -> None:
+        async for event in self._events_rx:
+            try:
+                await self._handle(event)
+            finally:
+                if isinstance(event, FrameReceived):
+                    self._frame_slots.release()
+
+    async def _handle(self, event: Event) -> None:
+        try:
+            effects = self.engine.handle(event, self.clock())
+        except Exception:
+            # A bug in the engine, not bad input (that is counted inside): keep serving.
+            self.counters["engine_errors"] += 1
+            log.exception("the mesh engine failed on %s", type(event).__name__)
+            return
+        self.counters["events"] += 1
+        for effect in effects:
+            if isinstance(effect, SendFrame):
+                self._enqueue_frame(effect)
+            elif isinstance(effect, SetTimer):
+                self._timers[effect.name] = effect.at_ms
+                self._timers_changed.set()
+            else:
+                await self._apply(effect)
+
+    async def _apply(self, effect: Effect) -> None:
+        try:
+            await self.sink.apply(effect)
+        except Exception:
+            self.counters["sink_errors"] += 1
+            log.exception("the effect sink failed on %s", type(effect).__name__)
+        else:
+            self.counters["effects_applied"] += 1
+
+    # -- timers -------------------------------------------------------------------------
+
+    async def _timer_loop(self) -> None:
+        while True:
+            self._timers_changed = trio.Event()
+            if not self._timers:
+                await self._timers_changed.wait()
+                continue
+            now = self.clock()
+            due_at = min(self._timers.values())
+            if due_at > now:
+                with trio.move_on_at(trio.current_time() + (due_at - now) / 1000):
+                    await self._timers_changed.wait()
+                continue
+            for name, at in list(self._timers.items()):
+                if at <= now:
+                    del self._timers[name]
+                    self._events_tx.send_nowait(TimerFired(name))
+            await trio.lowlevel.checkpoint()
+
+    # -- sending ------------------------------------------------------------------------
+
+    def _enqueue_frame(self, effect: SendFrame) -> None:
+        lane = self._lanes.get(effect.address)
+        if lane is None:
+            tx, rx = trio.open_memory_channel[bytes](self._peer_queue_limit)
+            slots = trio.Semaphore(self._per_peer_concurrency)
+            lane = self._lanes[effect.address] = _Lane(effect.address, tx, rx, slots)
+            assert self._nursery is not None
+            self._nursery.start_soon(self._lane_worker, lane)
+        try:
+            lane.tx.send_nowait(effect.frame)
+        except trio.WouldBlock:
+            lane.dropped += 1
+            self.counters["frames_dropped_queue_full"] += 1
+            return
+        lane.queued += 1
+
+    async def _lane_worker(self, lane: _Lane) -> None:
+        async with trio.open_nursery() as sends:
+            while True:
+                frame: bytes | None = None
+                with trio.move_on_after(self._lane_idle_timeout):
+                    frame = await lane.rx.receive()
+                if frame is None:
+                    # Idle: retire if nothing is queued or in flight. No checkpoint between the
+                    # check and the removal, so _enqueue_frame cannot slip a frame in between.
+                    if lane.queued == 0 and not sends.child_tasks and self._lanes.get(lane.address) is lane:
+                        del self._lanes[lane.address]
+                        return
+                    continue
+                lane.queued -= 1
+                await lane.slots.acquire()
+                sends.start_soon(self._post, lane, frame)
+
+    async def _post(self, lane: _Lane, frame: bytes) -> None:
+        try:
+            await self.transport.send(lane.address, frame)
+        except SendError as exc:
+            self.counters["send_failures"] += 1
+            log.debug("%s", exc)
+            self._events_tx.send_nowait(SendFailed(lane.address))
+        except Exception:  # a transport bug: report the failure, keep the runtime
+            self.counters["send_failures"] += 1
+            self.counters["transport_errors"] += 1
+            log.exception("sending to %s failed unexpectedly", lane.address)
+            self._events_tx.send_nowait(SendFailed(lane.address))
+        finally:
+            lane.slots.release()

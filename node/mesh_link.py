@@ -1,0 +1,135 @@
+"""The link between a node and its mesh engine: local changes out, remote changes in.
+
+Outbound, the facade's hooks (a cell stored, a beacon placed, ...) become engine events
+on the runtime's queue. Inbound, the engine's effects become facade calls: a remote cell
+is ingested through the very path local cells take (storage, index, inbox delivery),
+with its provenance. At start the link replays this node's live beacons to the engine
+and repairs the one gap a crash can open: a write committed on one side of the
+cell/diff-log pair and not the other.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mesh import events as ev
+from mesh.wire import BeaconPayload, CellPayload, DiffKind, decode_signed
+
+from . import cells as v
+from .delivery import Beacon
+from .service import MemoryService
+
+__all__ = ["MeshLink"]
+
+log = logging.getLogger("hyphae.mesh")
+
+# How far back a restart looks for local cells whose diff a crash may have lost.
+RECONCILE_WINDOW_MS = 60_000
+
+
+def cell_payload(cell: v.Cell) -> CellPayload:
+    return CellPayload(
+        node_id=cell.node_id, tenant_id=cell.tenant_id, source_agent=cell.source_agent, content=cell.content,
+        cell_type=cell.cell_type, salience=cell.salience, created_at=cell.created_at, project=cell.project,
+        scene_id=cell.scene_id, source_ref=cell.source_ref, metadata=cell.metadata, embedding=cell.embedding,
+        embedding_space=cell.embedding_space,
+    )  # fmt: skip
+
+
+def beacon_payload(beacon: Beacon) -> BeaconPayload:
+    return BeaconPayload(
+        beacon_id=beacon.beacon_id, tenant_id=beacon.tenant_id, agent_id=beacon.agent_id, query=beacon.query,
+        threshold=beacon.threshold, cell_types=beacon.cell_types, project=beacon.project,
+        min_salience=beacon.min_salience, expires_at=beacon.expires_at, embedding=beacon.embedding,
+        embedding_space=beacon.embedding_space, scope_projects=beacon.owner_projects,
+    )  # fmt: skip
+
+
+class MeshLink:
+    """``MeshHooks`` for the facade and ``EffectSink`` for the runtime."""
+
+    def __init__(self, service: MemoryService, submit) -> None:
+        self.service = service
+        self._submit = submit
+        self.remote_beacons: dict[str, ev.ApplyRemoteBeacon] = {}
+        self.peer_states: dict[str, str] = {}
+        self.cells_received = 0
+
+    # -- outbound (MeshHooks) --------------------------------------------------------
+
+    def cell_stored(self, cell: v.Cell) -> None:
+        self._submit(ev.CellStored(cell_payload(cell)))
+
+    def cell_forgotten(self, node_id: str, tenant_id: str, forgotten_at: int) -> None:
+        self._submit(ev.CellForgotten(node_id, tenant_id))
+
+    def beacon_placed(self, beacon: Beacon) -> None:
+        self._submit(ev.BeaconPlaced(beacon_payload(beacon)))
+
+    def beacon_removed(self, beacon_id: str, tenant_id: str) -> None:
+        self._submit(ev.BeaconRemoved(beacon_id, tenant_id))
+
+    def scene_changed(self, scene: dict[str, Any]) -> None:
+        self._submit(ev.SceneChanged(scene))
+
+    # -- inbound (EffectSink) ----------------------------------------------------------
+
+    async def apply(self, effect: Any) -> None:
+        if isinstance(effect, ev.StoreRemoteCell):
+            await self._store_remote(effect.cell, effect.origin_node, effect.hops, effect.signature)
+        elif isinstance(effect, ev.ApplyTombstone):
+            await self.service.apply_tombstone(effect.cell_id, effect.origin_node, effect.forgotten_at)
+        elif isinstance(effect, ev.ApplyScene):
+            await self.service.apply_scene(effect.scene, effect.origin_node)
+        elif isinstance(effect, ev.ApplyRemoteBeacon):
+            self.remote_beacons[effect.beacon.beacon_id] = effect
+        elif isinstance(effect, ev.RemoveRemoteBeacon):
+            self.remote_beacons.pop(effect.beacon_id, None)
+        elif isinstance(effect, ev.PeerStateChanged):
+            self.peer_states[effect.peer_id] = effect.state
+            log.info("peer %s at %s is %s", effect.peer_id[:12], effect.address, effect.state)
+
+    async def _store_remote(self, payload: CellPayload, origin_node: str, hops: int, signature: bytes) -> None:
+        embedder = self.service.embedder
+        same_space = payload.embedding_space == embedder.space and payload.embedding.shape == (embedder.dim,)
+        cell = v.Cell(
+            node_id=payload.node_id, tenant_id=payload.tenant_id, source_agent=payload.source_agent,
+            origin_node=origin_node, content=payload.content, cell_type=payload.cell_type,
+            salience=payload.salience, created_at=payload.created_at, layer="L0", embedding=payload.embedding,
+            embedding_space=payload.embedding_space, scene_id=payload.scene_id, project=payload.project,
+            source_ref=payload.source_ref, metadata=dict(payload.metadata), hops=hops, signature=signature,
+        )  # fmt: skip
+        if await self.service.ingest_remote(cell, re_embed=not same_space):
+            self.cells_received += 1
+
+    # -- start-up ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Advertise our beacons and close the gaps a crash can leave."""
+        for beacon in self.service.live_local_beacons():
+            self.beacon_placed(beacon)
+        db, node_id = self.service.db, self.service.node_id
+        # Remote cells whose diff was logged but whose ingest did not commit.
+        for signed, signature, hops, ttl in db.query(
+            "SELECT l.signed, l.signature, l.hops, l.ttl FROM mesh_log l WHERE l.kind = ? AND l.origin != ? "
+            "AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.node_id = l.cell_id)",
+            (int(DiffKind.CELL), node_id),
+        ):
+            diff = decode_signed(signed, signature, hops, ttl)
+            await self._store_remote(diff.payload, diff.origin, diff.hops, diff.signature)
+        # Local cells stored just before a crash whose diff never reached the log.
+        row = db.query_one("SELECT MAX(ts) FROM (SELECT received_at AS ts FROM mesh_log WHERE origin = ?)", (node_id,))
+        if row and row[0]:
+            for (cell_id,) in db.query(
+                "SELECT node_id FROM cells c WHERE c.origin_node = ? AND c.stored_at > ? AND c.forgotten_at IS NULL "
+                "AND NOT EXISTS (SELECT 1 FROM mesh_log l WHERE l.cell_id = c.node_id)",
+                (node_id, row[0] - RECONCILE_WINDOW_MS),
+            ):
+                self.cell_stored(self.service.cell_record(cell_id))
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "remote_beacons": len(self.remote_beacons),
+            "cells_received": self.cells_received,
+        }

@@ -1,0 +1,105 @@
+"""Running the mesh inside the daemon: engine, runtime, mesh port, discovery.
+
+Only a node that belongs to a team runs the mesh. The mesh port serves the gossip
+endpoints alone (``/mesh/v1/...``); every frame on it is sealed with the team key and
+carries membership proofs, so discovery (zeroconf on the LAN, static peers from config
+or ``--peer``) only *proposes* addresses.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from mesh.config import MeshConfig
+from mesh.engine import MeshEngine
+from mesh.events import PeerDiscovered
+from mesh.runtime import Discovery, HttpTransport, MeshRuntime, make_mesh_app
+from mesh.team import Team
+
+from .mesh_link import MeshLink
+from .mesh_log import SqliteDiffLog
+from .service import MemoryService
+
+__all__ = ["run_mesh"]
+
+log = logging.getLogger("hyphae.mesh")
+
+
+def advertised_host(bind_host: str) -> str:
+    """Where peers can reach us: the bind address, or this host's address for a wildcard."""
+    if bind_host not in ("0.0.0.0", "::", ""):
+        return bind_host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+async def run_mesh(
+    service: MemoryService,
+    team: Team,
+    sock: socket.socket,
+    *,
+    peers: list[str],
+    discovery: bool,
+    task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the mesh for ``service`` on the bound socket until cancelled."""
+    bind_host, port = sock.getsockname()[:2]
+    host = advertised_host(bind_host)
+    address = f"{host}:{port}"
+    engine = MeshEngine(
+        service.identity, MeshConfig(team=team, address=address), SqliteDiffLog(service.db), energy=service.energy
+    )
+    transport = HttpTransport()
+    link: MeshLink | None = None
+    runtime = MeshRuntime(engine, transport=transport, sink=_LazySink(lambda: link))
+    link = MeshLink(service, runtime.submit)
+    app = make_mesh_app(runtime, max_frame_bytes=engine.config.limits.max_frame_bytes)
+    hyper = HypercornConfig()
+    hyper.bind = [f"fd://{sock.fileno()}"]
+    hyper.accesslog = None
+    hyper.errorlog = logging.getLogger("hypercorn.error")
+    hyper.graceful_timeout = 2
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            await nursery.start(lambda task_status: serve(app, hyper, task_status=task_status))
+            service.mesh = link
+            service.mesh_status = lambda: {"enabled": True, "team_id": team.team_id, **runtime.status(), **link.status()}
+            await link.start()
+            for peer in peers:
+                runtime.submit(PeerDiscovered(peer))
+            if discovery:
+                finder = Discovery(
+                    node_id=service.node_id,
+                    team_hash=team.id_hash,
+                    port=port,
+                    addresses=[host],
+                    on_peer=lambda peer_address, peer_id: runtime.submit(PeerDiscovered(peer_address, peer_id)),
+                    interfaces=[host] if host.startswith("127.") else None,
+                )
+                nursery.start_soon(finder.run)
+            task_status.started({"mesh_address": address})
+            await trio.sleep_forever()
+    finally:
+        service.mesh = None
+        service.mesh_status = None
+        with trio.CancelScope(shield=True):
+            await transport.aclose()
+
+
+class _LazySink:
+    """The runtime needs its sink before the link (which needs the runtime) exists."""
+
+    def __init__(self, get) -> None:
+        self._get = get
+
+    async def apply(self, effect: Any) -> None:
+        await self._get().apply(effect)

@@ -1,0 +1,430 @@
+"""The trio runtime: real engines, real HTTP on loopback, one trio process.
+
+Each node is an engine + :class:`MeshRuntime` + :class:`HttpTransport` + a hypercorn
+server on ``127.0.0.1``; nodes are stapled by ``PeerDiscovered``. Timer intervals are
+small so the stories run in seconds. The first tests drive the runtime with a
+scripted stand-in for the engine, to pin down timers, lanes and shutdown exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import trio
+
+from mesh.events import (
+    ApplyRemoteBeacon, BeaconPlaced, CellStored, PeerDiscovered, PeerStateChanged, SendFailed, SendFrame, SetTimer,
+    Started, StoreRemoteCell, TimerFired,
+)  # fmt: skip
+from mesh.runtime import (
+    FaultPlan, HttpTransport, MemoryHub, MemoryTransport, MeshRuntime, SendError, bind_mesh_socket, make_mesh_app,
+    serve_mesh,
+)  # fmt: skip
+from mesh.team import Team
+from mesh.testing import make_engine
+from mesh.wire import BeaconPayload, CellPayload
+from node.energy import EnergyModel
+
+ENERGY = EnergyModel()
+DIM = 16
+FAST = dict(
+    gossip_interval_ms=100, probe_interval_ms=300, ping_timeout_ms=250, suspect_timeout_ms=600,
+    dead_probe_interval_ms=400, repair_interval_ms=1000, ack_timeout_ms=300, max_attempts=3, flush_interval_ms=2,
+)  # fmt: skip
+_ids = itertools.count()
+
+
+def unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def cell(vector: np.ndarray, *, created_at: int) -> CellPayload:
+    return CellPayload(
+        f"cell-{next(_ids)}", "t", "writer", "content", "Decision", 0.9, created_at,
+        embedding=vector, embedding_space="space",
+    )  # fmt: skip
+
+
+def beacon(vector: np.ndarray) -> BeaconPayload:
+    return BeaconPayload(f"beacon-{next(_ids)}", "t", "reader", "query", 0.8, embedding=vector, embedding_space="space")
+
+
+def wall_ms() -> int:
+    from mesh.runtime import wall_clock_ms
+
+    return wall_clock_ms()
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float, what: str = "condition") -> None:
+    with trio.move_on_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+        return
+    raise AssertionError(f"{what} not reached within {timeout} s")
+
+
+class RecordingSink:
+    """Keeps every effect with the trio time it arrived; ``fail`` makes ``apply`` raise."""
+
+    def __init__(self, fail: Callable[[object], bool] = lambda effect: False) -> None:
+        self.effects: list[tuple[float, object]] = []
+        self.fail = fail
+
+    async def apply(self, effect) -> None:
+        self.effects.append((trio.current_time(), effect))
+        if self.fail(effect):
+            raise RuntimeError("the sink broke")
+
+    def cells(self) -> dict[str, StoreRemoteCell]:
+        return {e.cell.node_id: e for _, e in self.effects if isinstance(e, StoreRemoteCell)}
+
+    def arrived_at(self, cell_id: str) -> float:
+        return next(t for t, e in self.effects if isinstance(e, StoreRemoteCell) and e.cell.node_id == cell_id)
+
+    def knows_beacon(self, beacon_id: str) -> bool:
+        return any(isinstance(e, ApplyRemoteBeacon) and e.beacon.beacon_id == beacon_id for _, e in self.effects)
+
+    def last_state(self, peer_id: str) -> str | None:
+        states = [e.state for _, e in self.effects if isinstance(e, PeerStateChanged) and e.peer_id == peer_id]
+        return states[-1] if states else None
+
+
+@dataclasses.dataclass(eq=False)
+class LiveNode:
+    """One node of the mesh under test; ``start``/``stop`` run and cancel its runtime and server."""
+
+    name: str
+    engine: object
+    sink: RecordingSink
+    faults: FaultPlan
+    port: int
+    runtime: MeshRuntime | None = None
+    scope: trio.CancelScope | None = None
+    stopped: trio.Event | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def node_id(self) -> str:
+        return self.engine.node_id
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self._serve)
+
+    async def stop(self) -> None:
+        self.scope.cancel()
+        with trio.fail_after(5):
+            await self.stopped.wait()
+
+    async def _serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.stopped = trio.Event()
+        sock = bind_mesh_socket("127.0.0.1", self.port)  # the same port on every restart
+        transport = HttpTransport(faults=self.faults, timeout=2.0)
+        self.runtime = MeshRuntime(self.engine, transport=transport, sink=self.sink)
+        app = make_mesh_app(self.runtime, max_frame_bytes=self.engine.config.limits.max_frame_bytes)
+        try:
+            with trio.CancelScope() as self.scope:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(serve_mesh, app, sock)
+                    await nursery.start(self.runtime.run)
+                    task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await transport.aclose()
+            self.stopped.set()
+
+    def submit(self, event) -> None:
+        self.runtime.submit(event)
+
+
+def free_port() -> int:
+    sock = bind_mesh_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def make_nodes(*names: str, team: Team | None = None, sinks: dict[str, RecordingSink] | None = None) -> list[LiveNode]:
+    team = team or Team.create()
+    nodes = []
+    for name in names:
+        port = free_port()
+        engine = make_engine(f"127.0.0.1:{port}", team, ENERGY, seed=hash(name) % 1000, **FAST)
+        sink = (sinks or {}).get(name) or RecordingSink()
+        nodes.append(LiveNode(name, engine, sink, FaultPlan(seed=len(nodes)), port))
+    return nodes
+
+
+async def start_mesh(nursery: trio.Nursery, nodes: list[LiveNode]) -> None:
+    """Start every node and staple each to the first."""
+    for node in nodes:
+        await node.start(nursery)
+    for node in nodes[1:]:
+        node.submit(PeerDiscovered(nodes[0].address))
+    await eventually(
+        lambda: all(len(n.engine.peers) == len(nodes) - 1 for n in nodes), 5, "every node knowing every other"
+    )
+
+
+# -- the runtime with a scripted engine ---------------------------------------------------
+
+
+class ScriptedEngine:
+    """Stands in for MeshEngine: records what it is handed, answers from a script."""
+
+    def __init__(self, script: Callable[[object, int], list]) -> None:
+        self.script = script
+        self.handled: list[tuple[int, object]] = []
+
+    def handle(self, event, now_ms: int) -> list:
+        self.handled.append((now_ms, event))
+        return self.script(event, now_ms)
+
+    def status(self) -> dict:
+        return {"node_id": "scripted"}
+
+    def events(self, kind: type) -> list:
+        return [(at, e) for at, e in self.handled if isinstance(e, kind)]
+
+
+class ScriptedTransport:
+    """Fails for addresses in ``down``, blocks for addresses in ``hang``, records the rest."""
+
+    def __init__(self, down=(), hang=()) -> None:
+        self.down, self.hang = set(down), set(hang)
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def send(self, address: str, frame: bytes) -> None:
+        if address in self.hang:
+            await trio.sleep_forever()
+        if address in self.down:
+            raise SendError(SendError.CONNECT_FAILED, "down")
+        self.sent.append((address, frame))
+
+    def status(self) -> dict:
+        return {"sent": len(self.sent)}
+
+
+async def test_a_new_deadline_replaces_the_old_and_timers_never_fire_early():
+    def script(event, now):
+        if isinstance(event, Started):
+            return [SetTimer("gossip", now + 400), SetTimer("repair", now + 100)]
+        if isinstance(event, TimerFired) and event.name == "repair":
+            return [SetTimer("gossip", now + 100)]  # moves gossip earlier than 400
+        return []
+
+    engine = ScriptedEngine(script)
+    runtime = MeshRuntime(engine, transport=ScriptedTransport(), sink=RecordingSink())
+    with trio.fail_after(3):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            started_at = engine.handled[0][0]
+            await eventually(lambda: len(engine.events(TimerFired)) == 2, 2)
+            await trio.sleep(0.5)  # the replaced 400 ms deadline must not fire as well
+            nursery.cancel_scope.cancel()
+    (repair_at, repair), (gossip_at, gossip) = engine.events(TimerFired)
+    assert (repair.name, gossip.name) == ("repair", "gossip")
+    assert repair_at >= started_at + 100 and gossip_at >= repair_at + 100
+    assert gossip_at < started_at + 400  # the earlier replacement fired, not the original
+
+
+async def test_effects_go_to_lanes_the_sink_and_failures_come_back_as_send_failed():
+    def script(event, now):
+        if isinstance(event, PeerDiscovered):
+            return [SendFrame("up:1", b"one", 0, True), PeerStateChanged("p", "up:1", "alive"),
+                    SendFrame("down:1", b"two", 0, True), SendFrame("up:1", b"three", 0, True)]  # fmt: skip
+        return []
+
+    engine, transport, sink = ScriptedEngine(script), ScriptedTransport(down={"down:1"}), RecordingSink()
+    runtime = MeshRuntime(engine, transport=transport, sink=sink)
+    with trio.fail_after(3):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            runtime.submit(PeerDiscovered("x"))
+            await eventually(lambda: engine.events(SendFailed), 2)
+            nursery.cancel_scope.cancel()
+    assert transport.sent == [("up:1", b"one"), ("up:1", b"three")]  # one lane per address, in order
+    assert [e for _, e in sink.effects] == [PeerStateChanged("p", "up:1", "alive")]
+    assert [e for _, e in engine.events(SendFailed)] == [SendFailed("down:1")]
+    assert runtime.counters["send_failures"] == 1
+
+
+async def test_a_full_lane_drops_frames_and_shutdown_leaves_nothing_running():
+    frames = [SendFrame("slow:1", bytes([i]), 0, True) for i in range(10)]
+    engine = ScriptedEngine(lambda event, now: frames if isinstance(event, PeerDiscovered) else [])
+    runtime = MeshRuntime(
+        engine, transport=ScriptedTransport(hang={"slow:1"}), sink=RecordingSink(), peer_queue_limit=2,
+        per_peer_concurrency=1,
+    )  # fmt: skip
+    with trio.fail_after(3):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            runtime.submit(PeerDiscovered("x"))
+            await eventually(lambda: runtime.counters["frames_dropped_queue_full"] == 8, 2)
+            assert runtime.status()["runtime"]["lanes"]["slow:1"]["dropped"] == 8
+            nursery.cancel_scope.cancel()  # a send hangs forever: cancellation must still be clean
+    status = runtime.status()["runtime"]
+    assert status["running"] is False and status["lanes"] == {} and status["timers"] == {}
+
+
+async def test_an_idle_lane_retires_and_comes_back():
+    engine = ScriptedEngine(lambda event, now: [SendFrame("p:1", b"f", 0, True)] if isinstance(event, PeerDiscovered) else [])
+    transport = ScriptedTransport()
+    runtime = MeshRuntime(engine, transport=transport, sink=RecordingSink(), lane_idle_timeout=0.05)
+    with trio.fail_after(3):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            runtime.submit(PeerDiscovered("x"))
+            await eventually(lambda: len(transport.sent) == 1, 2)
+            await eventually(lambda: runtime.status()["runtime"]["lanes"] == {}, 2, "the lane retiring")
+            runtime.submit(PeerDiscovered("x"))
+            await eventually(lambda: len(transport.sent) == 2, 2)
+            nursery.cancel_scope.cancel()
+
+
+async def test_submitted_events_are_handled_in_order_after_started():
+    engine = ScriptedEngine(lambda event, now: [])
+    runtime = MeshRuntime(engine, transport=ScriptedTransport(), sink=RecordingSink(), clock=lambda: 42)
+    for i in range(5):
+        runtime.submit(PeerDiscovered(f"n{i}"))  # before run: queued, handled after Started
+    with trio.fail_after(3):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            await eventually(lambda: len(engine.handled) == 6, 2)
+            nursery.cancel_scope.cancel()
+    assert [e for _, e in engine.handled] == [Started(), *(PeerDiscovered(f"n{i}") for i in range(5))]
+    assert {at for at, _ in engine.handled} == {42}  # the injected clock, read once per event
+
+
+# -- real engines over HTTP ---------------------------------------------------------------
+
+
+async def test_a_cell_reaches_the_interested_node_only(capsys):
+    a, b, c = make_nodes("alice", "bob", "carol")
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            await start_mesh(nursery, [a, b, c])
+            wanted, unrelated = beacon(unit(1)), beacon(unit(2))
+            b.submit(BeaconPlaced(wanted))
+            c.submit(BeaconPlaced(unrelated))
+            await eventually(lambda: a.sink.knows_beacon(wanted.beacon_id) and a.sink.knows_beacon(unrelated.beacon_id),
+                             3, "the beacons replicating to alice")  # fmt: skip
+
+            latencies = []
+            for _ in range(5):
+                stored = cell(unit(1), created_at=wall_ms())
+                stored_at = trio.current_time()
+                a.submit(CellStored(stored))
+                await eventually(lambda: stored.node_id in b.sink.cells(), 2, "the cell reaching bob")
+                latencies.append((b.sink.arrived_at(stored.node_id) - stored_at) * 1000)
+            await trio.sleep(0.3)
+            got = b.sink.cells()[stored.node_id]
+            assert got.cell == stored and got.origin_node == a.node_id and got.hops == 1
+            assert c.sink.cells() == {}
+            assert a.runtime.status()["transport"]["failed"] == 0
+            nursery.cancel_scope.cancel()
+    with capsys.disabled():
+        print(f"\nA store -> B sink over loopback HTTP: first {latencies[0]:.1f} ms, "
+              f"then {', '.join(f'{x:.1f}' for x in latencies[1:])} ms")  # fmt: skip
+
+
+async def test_a_node_that_was_down_catches_up_through_repair():
+    a, b = make_nodes("alice", "bob")
+    topic = beacon(unit(3))
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await start_mesh(nursery, [a, b])
+            b.submit(BeaconPlaced(topic))
+            await eventually(lambda: a.sink.knows_beacon(topic.beacon_id), 3, "the beacon replicating")
+
+            await b.stop()
+            await eventually(lambda: a.sink.last_state(b.node_id) == "dead", 5, "alice declaring bob dead")
+            missed = [cell(unit(3), created_at=wall_ms()) for _ in range(3)]
+            for stored in missed:
+                a.submit(CellStored(stored))
+            await trio.sleep(0.2)
+            assert b.sink.cells() == {}
+
+            await b.start(nursery)  # the same engine and diff log, a new runtime and server, the same port
+            await eventually(lambda: {m.node_id for m in missed} <= set(b.sink.cells()), 5, "repair delivering")
+            assert b.engine.counters.repairs_requested >= 1
+            assert a.engine.status()["drops"].get("peer_dead", 0) == 3  # never sent directly: repair did it
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_partition_made_by_fault_plans_heals():
+    a, b = make_nodes("alice", "bob")
+    topic = beacon(unit(4))
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await start_mesh(nursery, [a, b])
+            b.submit(BeaconPlaced(topic))
+            await eventually(lambda: a.sink.knows_beacon(topic.beacon_id), 3, "the beacon replicating")
+
+            a.faults.partition(b.address)
+            b.faults.partition(a.address)
+            cut = cell(unit(4), created_at=wall_ms())
+            a.submit(CellStored(cut))
+            await eventually(lambda: a.sink.last_state(b.node_id) == "dead", 5, "alice declaring bob dead")
+            assert cut.node_id not in b.sink.cells()
+            assert a.runtime.status()["transport"]["faults"]["blocked_out"] > 0
+
+            a.faults.heal()
+            b.faults.heal()
+            await eventually(lambda: cut.node_id in b.sink.cells(), 5, "the cell arriving after the heal")
+            await eventually(lambda: a.sink.last_state(b.node_id) == "alive", 3, "bob alive again")
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_sink_that_raises_does_not_stop_the_runtime():
+    broken = RecordingSink(fail=lambda effect: isinstance(effect, (StoreRemoteCell, ApplyRemoteBeacon)))
+    a, b = make_nodes("alice", "bob", sinks={"bob": broken})
+    topic = beacon(unit(5))
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            await start_mesh(nursery, [a, b])
+            b.submit(BeaconPlaced(topic))
+            await eventually(lambda: a.sink.knows_beacon(topic.beacon_id), 3, "the beacon replicating")
+            cells = [cell(unit(5), created_at=wall_ms()) for _ in range(3)]
+            for stored in cells:
+                a.submit(CellStored(stored))
+            await eventually(lambda: len(b.sink.cells()) == 3, 3, "every cell reaching bob's (broken) sink")
+            assert b.runtime.counters["sink_errors"] == 3
+            assert b.runtime.status()["runtime"]["running"] is True
+            nursery.cancel_scope.cancel()
+
+
+async def test_the_same_story_over_the_in_memory_transport():
+    """The fake beside the real transport runs the same engines the same way."""
+    team, hub = Team.create(), MemoryHub()
+    names = ("mem-a", "mem-b")
+    engines = {n: make_engine(n, team, ENERGY, **FAST) for n in names}
+    sinks = {n: RecordingSink() for n in names}
+    runtimes = {
+        n: MeshRuntime(engines[n], transport=MemoryTransport(hub, source=n), sink=sinks[n]) for n in names
+    }  # fmt: skip
+    for n in names:
+        hub.attach(n, runtimes[n])
+    topic = beacon(unit(6))
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for n in names:
+                await nursery.start(runtimes[n].run)
+            runtimes["mem-b"].submit(PeerDiscovered("mem-a"))
+            runtimes["mem-b"].submit(BeaconPlaced(topic))
+            await eventually(lambda: sinks["mem-a"].knows_beacon(topic.beacon_id), 3, "the beacon replicating")
+            stored = cell(unit(6), created_at=wall_ms())
+            runtimes["mem-a"].submit(CellStored(stored))
+            await eventually(lambda: stored.node_id in sinks["mem-b"].cells(), 2, "the cell arriving")
+            hub.detach("mem-b")  # gone: sends fail, and alice notices
+            await eventually(lambda: sinks["mem-a"].last_state(engines["mem-b"].node_id) == "dead", 5, "bob dead")
+            nursery.cancel_scope.cancel()
+    assert math.isfinite(runtimes["mem-a"].status()["transport"]["failed"])
