@@ -10,6 +10,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+import trio
 
 from node.embedding import HashedEmbedder, load_embedder
 from node.home import init_home, open_node
@@ -69,6 +70,7 @@ def make_agent(service):
     """``await make_agent(projects=[...])`` -> (principal, api_key) on the ``service`` node."""
 
     async def make(name: str | None = None, projects: list[str] | None = None):
-        return await service.add_agent(name or f"agent{next(_names)}", projects)
+        with trio.fail_after(10):
+            return await service.add_agent(name or f"agent{next(_names)}", projects)
 
     return make

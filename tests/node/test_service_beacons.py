@@ -18,32 +18,7 @@ import trio
 from node.errors import HyphaeError
 from node.home import open_node
 from node.embedding import HashedEmbedder
-
-
-@pytest.fixture
-def make_agent(make_agent):
-    """The conftest factory, with a deadline on its write."""
-
-    async def make(*args, **kwargs):
-        with trio.fail_after(10):
-            return await make_agent(*args, **kwargs)
-
-    return make
-
-
-async def rejected(call, reason: str, field: str | None = None) -> HyphaeError:
-    with pytest.raises(HyphaeError) as info:
-        with trio.fail_after(10):
-            await call
-    assert info.value.reason == reason, f"{info.value!r}: {info.value.message}"
-    if field is not None:
-        assert info.value.field == field, info.value.message
-    return info.value
-
-
-async def store(service, principal, content: str, cell_type: str = "Fact", **fields) -> str:
-    with trio.fail_after(10):
-        return (await service.store(principal, content=content, cell_type=cell_type, **fields))["node_id"]
+from tests.node.helpers import rejected, store
 
 
 async def beacon(service, principal, query: str, **options) -> str:

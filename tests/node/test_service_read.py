@@ -6,42 +6,15 @@ empty or among its key's projects; no surface ever shows it anything else.
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
 import trio
 
-from node.errors import HyphaeError
 from node.principals import hash_api_key, new_api_key
+from tests.node.helpers import rejected, second_tenant_key, store
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def make_agent(make_agent):
-    """The conftest factory, with a deadline on its write."""
-
-    async def make(*args, **kwargs):
-        with trio.fail_after(10):
-            return await make_agent(*args, **kwargs)
-
-    return make
-
-
-async def rejected(call, reason: str, field: str | None = None) -> HyphaeError:
-    with pytest.raises(HyphaeError) as info:
-        with trio.fail_after(10):
-            await call
-    assert info.value.reason == reason, f"{info.value!r}: {info.value.message}"
-    if field is not None:
-        assert info.value.field == field, info.value.message
-    return info.value
-
-
-async def store(service, principal, content: str, cell_type: str = "Fact", **fields) -> str:
-    with trio.fail_after(10):
-        return (await service.store(principal, content=content, cell_type=cell_type, **fields))["node_id"]
 
 
 async def ids(service, principal, text: str, *, layer: str | None = None, k: int = 100, **filters) -> list[str]:
@@ -51,26 +24,6 @@ async def ids(service, principal, text: str, *, layer: str | None = None, k: int
         else:
             result = await service.query(principal, query=text, layer=layer, k=k, **filters)
     return [hit["node_id"] for hit in result["results"]]
-
-
-def second_tenant_key(service, name: str, projects: list[str] | None = None) -> str:
-    """An API key of a principal in a *second* tenant of this data dir.
-
-    ``add_agent`` always uses the node's own tenant (one node hosts one team), so a second tenant
-    can only be written into ``principals`` directly. The key is hashed exactly as the product
-    hashes keys, and the test then goes through ``authenticate`` like any caller would.
-    """
-    api_key = new_api_key()
-    service.db.write_sync(
-        lambda tx: tx.execute(
-            "INSERT INTO principals (agent_id, tenant_id, name, key_hash, projects, created_at) VALUES (?,?,?,?,?,?)",
-            (str(uuid.uuid4()), str(uuid.uuid4()), name, hash_api_key(api_key), json.dumps(projects or []), 0),
-        )
-    )
-    return api_key
-
-
-# -- recall / query / search --------------------------------------------------------------------
 
 
 async def test_recall_and_query_return_ids_and_distances_only_nearest_first(service, make_agent):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
@@ -11,48 +10,7 @@ import trio
 from node.embedding import HashedEmbedder
 from node.errors import HyphaeError
 from node.home import open_node
-from node.principals import hash_api_key, new_api_key
-
-
-@pytest.fixture
-def make_agent(make_agent):
-    """The conftest factory, with a deadline on its write."""
-
-    async def make(*args, **kwargs):
-        with trio.fail_after(10):
-            return await make_agent(*args, **kwargs)
-
-    return make
-
-
-async def rejected(call, reason: str, field: str | None = None) -> HyphaeError:
-    with pytest.raises(HyphaeError) as info:
-        with trio.fail_after(10):
-            await call
-    assert info.value.reason == reason, f"{info.value!r}: {info.value.message}"
-    if field is not None:
-        assert info.value.field == field, info.value.message
-    return info.value
-
-
-async def store(service, principal, content: str, cell_type: str = "Fact", **fields) -> str:
-    with trio.fail_after(10):
-        return (await service.store(principal, content=content, cell_type=cell_type, **fields))["node_id"]
-
-
-def second_tenant_key(service, name: str) -> str:
-    """A key of a second tenant in this data dir (``add_agent`` only makes the node's own tenant)."""
-    api_key = new_api_key()
-    service.db.write_sync(
-        lambda tx: tx.execute(
-            "INSERT INTO principals (agent_id, tenant_id, name, key_hash, projects, created_at) VALUES (?,?,?,?,?,?)",
-            (str(uuid.uuid4()), str(uuid.uuid4()), name, hash_api_key(api_key), "[]", 0),
-        )
-    )
-    return api_key
-
-
-# -- start / end -----------------------------------------------------------------------------------
+from tests.node.helpers import rejected, second_tenant_key, store
 
 
 async def test_a_session_opens_a_scene_and_ending_it_closes_both(service, make_agent, clock):

@@ -16,31 +16,9 @@ import pytest
 import trio
 
 from node.errors import HyphaeError
-from node.principals import hash_api_key, new_api_key
+from tests.node.helpers import rejected, second_tenant_key
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def make_agent(make_agent):
-    """The conftest factory, with a deadline on its write."""
-
-    async def make(*args, **kwargs):
-        with trio.fail_after(10):
-            return await make_agent(*args, **kwargs)
-
-    return make
-
-
-async def rejected(call, reason: str, field: str | None = None) -> HyphaeError:
-    """Await ``call`` and demand it fails with ``reason`` (and names ``field``)."""
-    with pytest.raises(HyphaeError) as info:
-        with trio.fail_after(10):
-            await call
-    assert info.value.reason == reason, f"{info.value!r}: {info.value.message}"
-    if field is not None:
-        assert info.value.field == field, info.value.message
-    return info.value
 
 
 def rows(service, table: str) -> int:
@@ -65,24 +43,6 @@ async def indexed(service) -> None:
     with trio.fail_after(10):
         await trio.to_thread.run_sync(service.layers.flush)
     await settle(service)
-
-
-def other_tenant_principal(service, name: str = "outsider", projects: list[str] | None = None):
-    """A principal of a second tenant sharing this data dir.
-
-    ``add_agent`` always uses the node's own tenant (that is the product's rule), so the only
-    honest way to get a second tenant into one data dir is to write its principal row directly
-    with a properly hashed key, then authenticate through the facade like any caller.
-    """
-    api_key = new_api_key()
-    tenant = str(uuid.uuid4())
-    service.db.write_sync(
-        lambda tx: tx.execute(
-            "INSERT INTO principals (agent_id, tenant_id, name, key_hash, projects, created_at) VALUES (?,?,?,?,?,?)",
-            (str(uuid.uuid4()), tenant, name, hash_api_key(api_key), json.dumps(projects or []), 0),
-        )
-    )
-    return api_key
 
 
 async def layer_ids(service, principal, text: str, layer: str, k: int = 10) -> list[str]:
@@ -287,7 +247,7 @@ async def test_idempotency_key_of_200_chars_is_accepted(service, make_agent):
 
 async def test_scene_of_another_tenant_is_not_found_and_nothing_stored(service, make_agent):
     alice, _ = await make_agent()
-    outsider = await service.authenticate(other_tenant_principal(service))
+    outsider = await service.authenticate(second_tenant_key(service))
     with trio.fail_after(10):
         foreign = await service.start_session(outsider, project="theirs")
     await rejected(service.store(alice, content="x", cell_type="Fact", scene_id=foreign["scene_id"]), "not_found", "scene_id")
