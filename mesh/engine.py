@@ -51,7 +51,7 @@ from .repair import RepairClient, answer_repair
 from .routing import BeaconIndex, FullView, RoutingPolicy
 from .team import FRAME_OVERHEAD, FrameSealer
 from .wire import (
-    CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, DiffKind, Envelope, MsgType, Payload,
+    CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, Envelope, MsgType, Payload,
     MAX_HAVES, PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope, diff_key,
     encode_envelope, sign_diff,
 )  # fmt: skip
@@ -171,6 +171,7 @@ class MeshEngine:
 
     def _on_started(self, _: Started) -> None:
         now = self._now
+        self._armed.clear()  # a new runtime knows no timers yet: arm them all again
         self._publish(PeerPayload(self.config.address))
         self._timers[_GOSSIP] = now
         self._timers[_LIVENESS] = now + self.config.probe_interval_ms // 2

@@ -163,7 +163,7 @@ async def run_daemon(
             admin_token = secrets.token_urlsafe(32)
             write_private(home / ADMIN_TOKEN_FILE, admin_token + "\n")
             hyper = HypercornConfig()
-            hyper.bind = [f"fd://{sock.fileno()}"]
+            hyper.bind = [f"fd://{sock.detach()}"]  # hypercorn owns and closes the descriptor
             hyper.accesslog = None
             hyper.errorlog = logging.getLogger("hypercorn.error")
             hyper.keep_alive_timeout = 75

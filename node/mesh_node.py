@@ -8,18 +8,17 @@ or ``--peer``) only *proposes* addresses.
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 from typing import Any
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
 from mesh.config import MeshConfig
 from mesh.engine import MeshEngine
 from mesh.events import PeerDiscovered
-from mesh.runtime import Discovery, HttpTransport, MeshRuntime, make_mesh_app
+from mesh.runtime import Discovery, HttpTransport, MeshRuntime, make_mesh_app, serve_mesh
 from mesh.team import Team
 
 from .mesh_link import MeshLink
@@ -62,15 +61,10 @@ async def run_mesh(
     runtime = MeshRuntime(engine, transport=transport, sink=_LazySink(lambda: link))
     link = MeshLink(service, runtime.submit)
     app = make_mesh_app(runtime, max_frame_bytes=engine.config.limits.max_frame_bytes)
-    hyper = HypercornConfig()
-    hyper.bind = [f"fd://{sock.fileno()}"]
-    hyper.accesslog = None
-    hyper.errorlog = logging.getLogger("hypercorn.error")
-    hyper.graceful_timeout = 2
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
-            await nursery.start(lambda task_status: serve(app, hyper, task_status=task_status))
+            await nursery.start(functools.partial(serve_mesh, app, sock))
             service.mesh = link
             service.mesh_status = lambda: {"enabled": True, "team_id": team.team_id, **runtime.status(), **link.status()}
             await link.start()

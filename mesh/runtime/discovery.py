@@ -55,6 +55,7 @@ class Discovery:
         self.protocol = protocol
         self.peers: dict[str, str] = {}
         self.ignored = 0  # services seen with another team, protocol, or unreadable records
+        self.error: str | None = None  # why zeroconf could not start, if it could not
         self._names: dict[str, str] = {}  # service name -> node id
         self._token: trio.lowlevel.TrioToken | None = None
         self._active = False
@@ -68,16 +69,29 @@ class Discovery:
         return ServiceInfo(
             SERVICE_TYPE, self.service_name,
             addresses=[socket.inet_aton(a) for a in self.addresses], port=self.port,
-            properties={"node": self.node_id, "team": self.team_hash, "proto": str(self.protocol), "port": str(self.port)},
+            properties={
+                "node": self.node_id, "team": self.team_hash, "proto": str(self.protocol), "port": str(self.port),
+            },
             server=f"hyphae-{self.node_id}.local.",
         )  # fmt: skip
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Register and browse until cancelled; unregister on the way out."""
+        """Register and browse until cancelled; unregister on the way out.
+
+        When zeroconf cannot start (no multicast-capable interface, the port refused),
+        the error is logged and kept in :attr:`error`, and this waits for cancellation:
+        a node without LAN discovery still runs on its static peers.
+        """
         self._token = trio.lowlevel.current_trio_token()
         info = self.service_info()
         interfaces = self.interfaces if self.interfaces is not None else "all"
-        zc = await trio.to_thread.run_sync(self._open, interfaces)
+        try:
+            zc = await trio.to_thread.run_sync(self._open, interfaces)
+        except OSError as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.warning("zeroconf discovery unavailable (%s); static peers only", self.error)
+            task_status.started()
+            await trio.sleep_forever()
         browser: ServiceBrowser | None = None
         registered = False
         self._active = True

@@ -17,7 +17,8 @@ The effects of one event are carried out in order:
 * ``SetTimer(name, at_ms)`` replaces the timer of that name. One timer task sleeps
   until the earliest deadline (wall ms converted to ``trio.current_time()``) and
   fires ``TimerFired(name)`` once the clock has reached it: never early, because the
-  engine ignores an early firing and would not re-arm that timer.
+  engine ignores an early firing and would not re-arm that timer. Pending deadlines
+  outlive the runtime: a new runtime for the same engine inherits them.
 * everything else is awaited in ``sink.apply(effect)``; a sink that raises is logged
   and counted, and the runtime goes on.
 
@@ -33,6 +34,7 @@ import dataclasses
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -51,6 +53,12 @@ class EffectSink(Protocol):
     """Receives every effect that is not ``SendFrame``/``SetTimer``, in order."""
 
     async def apply(self, effect: Effect) -> None: ...
+
+
+# Armed timers belong to the engine, not to one runtime: the engine emits ``SetTimer`` only
+# when a deadline changes, so a runtime that takes over an engine (a node restarting its
+# mesh side with the same engine and log) must inherit the deadlines still pending.
+_PENDING_TIMERS: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
 def wall_clock_ms() -> int:
@@ -87,7 +95,7 @@ class MeshRuntime:
         self._lane_idle_timeout = lane_idle_timeout
         self._events_tx, self._events_rx = trio.open_memory_channel[Event](math.inf)
         self._frame_slots = trio.Semaphore(frame_backlog)
-        self._timers: dict[str, int] = {}
+        self._timers = _PENDING_TIMERS.setdefault(engine, {})
         self._timers_changed = trio.Event()
         self._lanes: dict[str, _Lane] = {}
         self._nursery: trio.Nursery | None = None
@@ -110,7 +118,6 @@ class MeshRuntime:
         finally:
             self._nursery = None
             self._lanes.clear()
-            self._timers.clear()
             self._running = False
 
     def submit(self, event: Event) -> None:

@@ -21,7 +21,6 @@ straight to another runtime's ``receive_frame`` in this process, through the sam
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import logging

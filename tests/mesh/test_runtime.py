@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -23,7 +22,7 @@ from mesh.events import (
 )  # fmt: skip
 from mesh.runtime import (
     FaultPlan, HttpTransport, MemoryHub, MemoryTransport, MeshRuntime, SendError, bind_mesh_socket, make_mesh_app,
-    serve_mesh,
+    serve_mesh, wall_clock_ms,
 )  # fmt: skip
 from mesh.team import Team
 from mesh.testing import make_engine
@@ -55,10 +54,7 @@ def beacon(vector: np.ndarray) -> BeaconPayload:
     return BeaconPayload(f"beacon-{next(_ids)}", "t", "reader", "query", 0.8, embedding=vector, embedding_space="space")
 
 
-def wall_ms() -> int:
-    from mesh.runtime import wall_clock_ms
-
-    return wall_clock_ms()
+wall_ms = wall_clock_ms
 
 
 async def eventually(predicate: Callable[[], bool], timeout: float, what: str = "condition") -> None:
@@ -155,9 +151,9 @@ def free_port() -> int:
 def make_nodes(*names: str, team: Team | None = None, sinks: dict[str, RecordingSink] | None = None) -> list[LiveNode]:
     team = team or Team.create()
     nodes = []
-    for name in names:
+    for i, name in enumerate(names):
         port = free_port()
-        engine = make_engine(f"127.0.0.1:{port}", team, ENERGY, seed=hash(name) % 1000, **FAST)
+        engine = make_engine(f"127.0.0.1:{port}", team, ENERGY, seed=i, **FAST)
         sink = (sinks or {}).get(name) or RecordingSink()
         nodes.append(LiveNode(name, engine, sink, FaultPlan(seed=len(nodes)), port))
     return nodes
@@ -236,6 +232,29 @@ async def test_a_new_deadline_replaces_the_old_and_timers_never_fire_early():
     assert gossip_at < started_at + 400  # the earlier replacement fired, not the original
 
 
+async def test_a_new_runtime_for_the_same_engine_inherits_its_pending_timers():
+    """The engine re-emits SetTimer only when a deadline changes, so pending ones must survive a restart."""
+    starts = []
+
+    def script(event, now):
+        if isinstance(event, Started):
+            starts.append(now)
+            return [SetTimer("repair", now + 150)] if len(starts) == 1 else []
+        return []
+
+    engine = ScriptedEngine(script)
+    with trio.fail_after(3):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(MeshRuntime(engine, transport=ScriptedTransport(), sink=RecordingSink()).run)
+            nursery.cancel_scope.cancel()  # stopped before the deadline
+        async with trio.open_nursery() as nursery:
+            await nursery.start(MeshRuntime(engine, transport=ScriptedTransport(), sink=RecordingSink()).run)
+            await eventually(lambda: engine.events(TimerFired), 2, "the inherited timer firing")
+            nursery.cancel_scope.cancel()
+    ((fired_at, fired),) = engine.events(TimerFired)
+    assert fired.name == "repair" and fired_at >= starts[0] + 150
+
+
 async def test_effects_go_to_lanes_the_sink_and_failures_come_back_as_send_failed():
     def script(event, now):
         if isinstance(event, PeerDiscovered):
@@ -272,11 +291,12 @@ async def test_a_full_lane_drops_frames_and_shutdown_leaves_nothing_running():
             assert runtime.status()["runtime"]["lanes"]["slow:1"]["dropped"] == 8
             nursery.cancel_scope.cancel()  # a send hangs forever: cancellation must still be clean
     status = runtime.status()["runtime"]
-    assert status["running"] is False and status["lanes"] == {} and status["timers"] == {}
+    assert status["running"] is False and status["lanes"] == {}
 
 
 async def test_an_idle_lane_retires_and_comes_back():
-    engine = ScriptedEngine(lambda event, now: [SendFrame("p:1", b"f", 0, True)] if isinstance(event, PeerDiscovered) else [])
+    frame = SendFrame("p:1", b"f", 0, True)
+    engine = ScriptedEngine(lambda event, now: [frame] if isinstance(event, PeerDiscovered) else [])
     transport = ScriptedTransport()
     runtime = MeshRuntime(engine, transport=transport, sink=RecordingSink(), lane_idle_timeout=0.05)
     with trio.fail_after(3):
@@ -408,8 +428,10 @@ async def test_the_same_story_over_the_in_memory_transport():
     names = ("mem-a", "mem-b")
     engines = {n: make_engine(n, team, ENERGY, **FAST) for n in names}
     sinks = {n: RecordingSink() for n in names}
+    faults = {n: FaultPlan() for n in names}
     runtimes = {
-        n: MeshRuntime(engines[n], transport=MemoryTransport(hub, source=n), sink=sinks[n]) for n in names
+        n: MeshRuntime(engines[n], transport=MemoryTransport(hub, source=n, faults=faults[n]), sink=sinks[n])
+        for n in names
     }  # fmt: skip
     for n in names:
         hub.attach(n, runtimes[n])
@@ -424,7 +446,12 @@ async def test_the_same_story_over_the_in_memory_transport():
             stored = cell(unit(6), created_at=wall_ms())
             runtimes["mem-a"].submit(CellStored(stored))
             await eventually(lambda: stored.node_id in sinks["mem-b"].cells(), 2, "the cell arriving")
-            hub.detach("mem-b")  # gone: sends fail, and alice notices
+            faults["mem-a"].partition("mem-b")
+            faults["mem-b"].partition("mem-a")
             await eventually(lambda: sinks["mem-a"].last_state(engines["mem-b"].node_id) == "dead", 5, "bob dead")
+            hub.detach("mem-b")
+            faults["mem-a"].heal()
+            with pytest.raises(SendError, match="nothing listens"):
+                await runtimes["mem-a"].transport.send("mem-b", b"frame")
             nursery.cancel_scope.cancel()
-    assert math.isfinite(runtimes["mem-a"].status()["transport"]["failed"])
+    assert runtimes["mem-a"].status()["transport"]["failed"] > 0

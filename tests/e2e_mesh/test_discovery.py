@@ -1,0 +1,50 @@
+"""Two nodes that find each other by zeroconf alone, then gossip a memory.
+
+No ``--peer`` and no static peers in config: each daemon listens on 127.0.0.1 (mesh
+port ephemeral), so it advertises 127.0.0.1 in ``_hyphae._tcp.local.`` and runs
+multicast DNS on the loopback interface only. A third node of *another* team
+advertises on the same link and must be ignored (its TXT record carries a different
+team hash). The hashed embedder suffices: the beacon and the memory share words.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .cluster import Lab, wait_beacons_known, wait_connected, wait_until
+
+FIND_DEADLINE = 20.0  # s: mDNS probing takes ~1.5 s per name, plus browse and resolve
+DELIVERY_DEADLINE = 2.0
+
+
+def test_two_nodes_find_each_other_by_zeroconf_and_deliver(lab: Lab) -> None:
+    a, b = lab.team(["a", "b"])
+    (stranger,) = lab.team(["stranger"])  # a team of its own, on the same link
+    lab.start_all([a, b, stranger], discovery=True)
+    began = time.monotonic()
+    wait_connected([a, b], timeout=FIND_DEADLINE)
+    print(f"\nfound each other by zeroconf in {time.monotonic() - began:.2f} s")
+    for node in (a, b):
+        peers = node.peers()["peers"]
+        assert [p["node_id"] for p in peers] == [(b if node is a else a).node_id], peers
+        assert peers[0]["address"].startswith("127.0.0.1:")
+    assert stranger.peers()["peers"] == []
+
+    key_a, agent_a = a.add_agent("alice")
+    key_b, _ = b.add_agent("bob")
+    beacon = b.rest("POST", "/v1/beacons", key_b, json={"query": "zeroconf discovery loopback mesh"}, expect=201)
+    wait_beacons_known(a, 1)
+    stored = a.rest("POST", "/v1/cells", key_a, expect=201, json={
+        "content": "Mesh discovery uses zeroconf; on loopback it advertises 127.0.0.1.", "cell_type": "Fact",
+    })  # fmt: skip
+    stored_at = time.monotonic()
+    diffs = wait_until(lambda: b.rest("GET", "/v1/inbox", key_b)["diffs"], DELIVERY_DEADLINE + 3, interval=0.005,
+                       message="the fact in B's inbox")  # fmt: skip
+    latency = time.monotonic() - stored_at
+    print(f"store -> B's inbox: {latency * 1000:.0f} ms")
+    assert latency <= DELIVERY_DEADLINE
+    (diff,) = diffs
+    assert diff["node_id"] == stored["node_id"] and diff["beacon_id"] == beacon["beacon_id"]
+    assert diff["origin_node"] == a.node_id and diff["source_agent"] == agent_a and diff["hops"] >= 1
+    assert stranger.peers()["peers"] == []
+    assert a.peers()["drops"].get("decrypt_failed", 0) == 0  # the stranger was never even contacted
