@@ -340,32 +340,52 @@ def stdio_latency(node: Node, calls: int, hits: bool, warmup: int = 200) -> dict
 
 
 def profile_daemon(node: Node, out: Path, seconds: float, make_body, clients: int = 8) -> str:
-    """py-spy the daemon while ``clients`` clients load it; returns the top of the report."""
+    """py-spy the daemon while ``clients`` raw-socket clients load it; returns a summary of
+    where its threads spend their time."""
     py_spy = shutil.which("py-spy")
     if py_spy is None:
         return "py-spy is not installed (pip install py-spy)"
     raw = out.with_suffix(".txt")
     recorder = subprocess.Popen([py_spy, "record", "--pid", str(node.process.pid), "--duration", str(int(seconds)),
-                                 "--format", "raw", "--output", str(raw), "--nonblocking"],
+                                 "--rate", "250", "--threads", "--idle", "--format", "raw", "--output", str(raw)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)
-    trio.run(http_load, node.url, node.key, clients, seconds - 1.5, make_body, 0.2)
+    trio.run(partial(http_load, node.url, node.key, clients, seconds - 1.5, make_body, 0.2, raw=True))
     recorder.wait(60)
     return summarise_folded(raw)
 
 
-def summarise_folded(path: Path, top: int = 25) -> str:
-    """Inclusive time per function from py-spy's folded stacks."""
-    inclusive: dict[str, int] = {}
-    total = 0
+# Innermost package a sampled frame runs in -> what it is, in the order they are tried.
+_OWNERS = (
+    (("node/service.py", "node/layers.py", "node/index.py", "node/catalog.py", "node/principals.py",
+      "node/database.py"), "facade (service, index, auth, SQLite reads)"),
+    (("mcp_bridge/dispatch.py", "mcp_bridge/tools.py", "mcp_bridge/schema.py", "mcp_bridge/jsonrpc.py", "json/"),
+     "MCP dispatch + JSON"),
+    (("mcp_bridge/http.py", "node/api/", "node/daemon.py"), "MCP HTTP app + API router"),
+    (("hypercorn", "h11"), "hypercorn + h11"),
+    (("trio",), "trio socket I/O + scheduling"),
+)
+_IDLE = ("epoll_wait", "_io_epoll.py:243", "_thread_cache.py", "worker.py:62", "database.py:194", "database.py:199", "queue.py",
+         "threading.py")
+
+
+def summarise_folded(path: Path) -> str:
+    """Per thread: the share of samples spent in each part of the stack (innermost wins)."""
+    shares: dict[tuple[str, str], int] = {}
+    totals: dict[str, int] = {}
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        n = int(count)
-        total += n
-        for frame in set(stack.split(";")):
-            inclusive[frame] = inclusive.get(frame, 0) + n
-    rows = sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]
-    return "\n".join(f"{100 * n / total:5.1f}%  {frame}" for frame, n in rows)
+        frames = stack.split(";")
+        thread = frames[0].split(":", 1)[-1].strip()
+        totals[thread] = totals.get(thread, 0) + int(count)
+        if any(marker in frames[-1] for marker in _IDLE):
+            owner = "idle / waiting"
+        else:
+            owner = next((name for frame in reversed(frames) for keys, name in _OWNERS
+                          if any(key in frame for key in keys)), "other")
+        shares[(thread, owner)] = shares.get((thread, owner), 0) + int(count)
+    rows = sorted(shares.items(), key=lambda kv: (-totals[kv[0][0]], -kv[1]))
+    return "\n".join(f"{thread[:28]:<28} {100 * n / totals[thread]:5.1f}%  {owner}" for (thread, owner), n in rows)
 
 
 # -- main -------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ exactly the 400 cells, once each, and exactly one daemon ever ran.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import sqlite3
 import threading
 import time
@@ -79,11 +79,10 @@ def test_four_sessions_start_one_daemon_and_lose_nothing(e2e_home, spawned_daemo
 
     stop_pid(pid, grace=DEADLINE)  # SIGTERM: drain, save, release; then read the database directly
     assert not pid_alive(pid) and read_daemon_json(home) is None
-    with sqlite3.connect(home / "hyphae.db") as db:
+    with contextlib.closing(sqlite3.connect(home / "hyphae.db")) as db:
         rows = db.execute("SELECT content, node_id FROM cells WHERE forgotten_at IS NULL").fetchall()
     contents = [content for content, _ in rows]
     assert len(rows) == SESSIONS * STORES
     assert len(set(contents)) == SESSIONS * STORES  # no duplicates
     assert set(contents) == {f"session {i} memory {n}" for i in range(SESSIONS) for n in range(1, STORES + 1)}
     assert {node_id for _, node_id in rows} == set(node_ids)
-    json.dumps(rows)  # plain data only

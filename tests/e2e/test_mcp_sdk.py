@@ -2,8 +2,10 @@
 
 The SDK is a *test* dependency (DESIGN §2: no SDK in the product). The version pinned
 in ``pyproject.toml`` is the newest major, 2.x: its ``Client`` probes ``server/discover``
-before falling back to ``initialize``, so these tests also show that a node answers the
-probe at once (a server that ignored it would cost every connection a 10 s wait). The
+before falling back to ``initialize``, so these tests also show that a node refuses the
+probe at once: -32601 over stdio; over HTTP the probe carries ``MCP-Protocol-Version:
+2026-07-28``, which is answered 400 before the method is read. (A server that ignored the
+probe would cost every connection the SDK's 10 s probe timeout.) The
 older 1.x line, which most hosts still ship, gets its own connect/list/recall test in a
 throwaway virtualenv (cached under pytest's cache dir), since one environment cannot hold
 both majors.
@@ -26,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from .conftest import DEADLINE, Daemon, add_agents, make_home, start_daemon, stop_process
@@ -51,8 +52,12 @@ ANNOTATIONS = {
     "list_scenes": (True, False, True),
     "pull_inbox": (False, False, False),
 }
-# A client that waited for an ignored server/discover would take 10 s or more to connect.
-CONNECT_BOUND = 8.0
+# The 2.x client probes `server/discover` first and waits this long for an answer before it falls
+# back to `initialize`; a connect that took this long means the probe went unanswered.
+try:
+    from mcp.client.session import DISCOVER_TIMEOUT_SECONDS as CONNECT_BOUND
+except ImportError:  # pragma: no cover - another SDK layout
+    CONNECT_BOUND = 10.0
 OLD_SDK = "mcp==1.30.0"  # the last 1.x release
 
 # One standing interest per transport, far apart in meaning, so neither run feeds the other's inbox.
@@ -167,16 +172,23 @@ def test_sdk_over_stdio(sdk_node) -> None:
             return connect_time
 
     connect_time = asyncio.run(scenario())
-    # Includes starting `hyphae mcp` (a Python process); the discover probe must add nothing.
+    # Includes starting `hyphae mcp` (a Python process): an unanswered probe alone would take the bound.
     assert connect_time < CONNECT_BOUND
 
 
 def test_sdk_over_streamable_http(sdk_node) -> None:
     daemon, keys = sdk_node
 
+    sent: list[tuple[str, str | None]] = []  # (JSON-RPC method, MCP-Protocol-Version header)
+
+    async def record(request) -> None:
+        body = json.loads(request.content or b"{}")
+        sent.append((body.get("method"), request.headers.get("mcp-protocol-version")))
+
     async def scenario() -> float:
         with anyio.fail_after(DEADLINE * 2):
-            async with httpx2.AsyncClient(headers={"x-hyphae-key": keys["carol"]}, timeout=DEADLINE) as http:
+            async with httpx2.AsyncClient(headers={"x-hyphae-key": keys["carol"]}, timeout=DEADLINE,
+                                          event_hooks={"request": [record]}) as http:
                 started = time.monotonic()
                 async with Client(streamable_http_client(daemon.mcp_url, http_client=http),
                                   read_timeout_seconds=DEADLINE) as client:
@@ -185,7 +197,10 @@ def test_sdk_over_streamable_http(sdk_node) -> None:
             return connect_time
 
     connect_time = anyio.run(scenario, backend="trio")
-    assert connect_time < 3.0
+    methods = [method for method, _ in sent]
+    assert methods[:3] == ["server/discover", "initialize", "notifications/initialized"], sent[:4]
+    assert all(version == "2025-11-25" for method, version in sent[2:]), sent  # what was negotiated
+    assert connect_time < min(5.0, CONNECT_BOUND)
 
 
 def test_sdk_over_http_refuses_a_bad_key(sdk_node) -> None:
@@ -273,14 +288,20 @@ def _old_sdk_python(cache_dir: Path) -> Path:
     return python
 
 
-def test_older_sdk_line_connects_without_delay(sdk_node, request) -> None:
+def _cache_dir(request, tmp_path_factory, name: str) -> Path:
+    """pytest's cache dir (kept between runs), or a temporary one under ``-p no:cacheprovider``."""
+    cache = getattr(request.config, "cache", None)
+    return Path(cache.mkdir(name)) if cache is not None else tmp_path_factory.mktemp(name)
+
+
+def test_older_sdk_line_connects_without_delay(sdk_node, request, tmp_path_factory) -> None:
     daemon, keys = sdk_node
-    python = _old_sdk_python(Path(request.config.cache.mkdir("hyphae-e2e-" + OLD_SDK.replace("==", "-"))))
+    python = _old_sdk_python(_cache_dir(request, tmp_path_factory, "hyphae-e2e-" + OLD_SDK.replace("==", "-")))
     version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('mcp'))"],
                              capture_output=True, text=True, timeout=DEADLINE, check=True).stdout.strip()
     assert version == OLD_SDK.split("==")[1]
 
-    script = Path(request.config.cache.mkdir("hyphae-e2e-scripts")) / "old_sdk_client.py"
+    script = _cache_dir(request, tmp_path_factory, "hyphae-e2e-scripts") / "old_sdk_client.py"
     script.write_text(_OLD_SDK_CLIENT)
     started = time.monotonic()
     process = subprocess.Popen(
