@@ -32,7 +32,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from node.api.http import is_loopback_origin
+from node.origins import is_loopback_origin
 from node.errors import HyphaeError
 
 from . import jsonrpc

@@ -201,11 +201,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     from mcp_bridge import HttpRelay, serve_stdio
 
-    from .client import DaemonClient, ensure_daemon
+    from .client import DaemonClient, ensure_daemon, key_is_active, running_daemon
+    from .config import load_config
 
     api_key = os.environ.get("HYPHAE_API_KEY", "")
     if not api_key:
         raise CliError("HYPHAE_API_KEY is not set; give the MCP host the key from `hyphae agent add NAME`", EXIT_AUTH)
+    load_config(args.home)  # no data dir: say so before starting anything
+    if running_daemon(args.home) is None and not key_is_active(args.home, api_key):
+        raise Unauthenticated("HYPHAE_API_KEY is not valid for this data dir (unknown or revoked)")
     info = ensure_daemon(args.home)
     client = DaemonClient(args.home, info, api_key)
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from .daemon import ADMIN_TOKEN_FILE, read_daemon_file
+from .daemon_file import ADMIN_TOKEN_FILE, read_daemon_file
 from .errors import (
     Conflict,
     Forbidden,
@@ -29,7 +29,7 @@ from .errors import (
 )
 from .lock import DataDirLock
 
-__all__ = ["running_daemon", "ensure_daemon", "DaemonClient", "SPAWN_LOG"]
+__all__ = ["running_daemon", "ensure_daemon", "key_is_active", "DaemonClient", "SPAWN_LOG"]
 
 SPAWN_LOG = "daemon.log"
 _ERRORS = {cls.reason: cls for cls in (InvalidArgument, TooLarge, Unauthenticated, Forbidden, NotFound, Conflict, Unavailable)}
@@ -86,6 +86,26 @@ def ensure_daemon(home: Path, *, timeout: float = 60.0) -> dict[str, Any]:
         raise Unavailable(f"the Hyphae daemon did not start within {timeout:.0f} s (log: {log_path})")
     finally:
         spawn_lock.release()
+
+
+def key_is_active(home: Path, api_key: str) -> bool:
+    """Is this key known and not revoked? Read straight from the database (WAL readers
+    never block the writer), so a bad key is refused before a daemon is started for it."""
+    import sqlite3
+
+    from .principals import hash_api_key
+
+    path = home / "hyphae.db"
+    if not path.exists():
+        return False
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        row = conn.execute(
+            "SELECT 1 FROM principals WHERE key_hash = ? AND revoked_at IS NULL", (hash_api_key(api_key),)
+        ).fetchone()
+    finally:
+        conn.close()
+    return row is not None
 
 
 class DaemonClient:

@@ -29,6 +29,7 @@ from hypercorn.trio import serve
 from .api import RestApi, make_api_app
 from .api.rest import _version
 from .config import load_config
+from .daemon_file import ADMIN_TOKEN_FILE, DAEMON_FILE, read_daemon_file
 from .errors import ConfigError, Unavailable
 from .files import write_private
 from .lock import DataDirLock
@@ -40,8 +41,6 @@ __all__ = ["run_daemon", "parse_listen", "DAEMON_FILE", "ADMIN_TOKEN_FILE"]
 
 log = logging.getLogger("hyphae.daemon")
 
-DAEMON_FILE = "daemon.json"
-ADMIN_TOKEN_FILE = "admin.token"
 INDEX_SAVE_INTERVAL = 30.0
 
 
@@ -231,10 +230,3 @@ async def _save_indexes_periodically(service: MemoryService) -> None:
     while True:
         await trio.sleep(INDEX_SAVE_INTERVAL)
         await trio.to_thread.run_sync(service.layers.save)
-
-
-def read_daemon_file(home: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((home / DAEMON_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError, OSError):
-        return None

@@ -63,6 +63,7 @@ async def run_mesh(
     app = make_mesh_app(runtime, max_frame_bytes=engine.config.limits.max_frame_bytes)
     try:
         async with trio.open_nursery() as nursery:
+            await nursery.start(link.run)
             await nursery.start(runtime.run)
             await nursery.start(functools.partial(serve_mesh, app, sock))
             service.mesh = link

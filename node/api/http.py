@@ -8,10 +8,11 @@ refused while reading, a non-loopback ``Origin`` is refused (DNS-rebinding guard
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
+
+from ..origins import is_loopback_origin
 
 __all__ = ["Request", "HttpError", "MAX_BODY_BYTES", "send_json", "read_body", "is_loopback_origin", "header"]
 
@@ -99,25 +100,3 @@ async def send_bytes(send, status: int, body: bytes, content_type: bytes, header
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-def is_loopback_origin(origin: str) -> bool:
-    """``http(s)://localhost``, ``127.0.0.0/8`` or ``[::1]``, any port; nothing else."""
-    try:
-        parts = urlsplit(origin)
-        parts.port  # raises ValueError on a malformed port
-    except ValueError:
-        return False
-    if parts.scheme not in ("http", "https") or parts.username is not None or parts.query or parts.fragment:
-        return False
-    if parts.path not in ("", "/"):
-        return False
-    host = parts.hostname
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
