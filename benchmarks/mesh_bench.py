@@ -27,8 +27,10 @@ rest), no zeroconf. The harness is ``tests/e2e_mesh/cluster.py``. Three parts:
 3. **Sustained load** (``--load-provider``, default ``hashed``: the built-in model embeds
    ~8.5 ms per text on one core, so 200 stores/s would need 1.7 cores for embedding
    alone on a 2-core machine that also runs 5 daemons and the load generator): a fresh
-   5-node mesh; ``--rate`` (200) stores/s for ``--seconds`` (60), open loop (each store is
-   scheduled at t0 + i/rate whatever happened before), round-robin over origins, projects
+   5-node mesh per rate; ``--rate`` (200; several comma-separated) stores/s for
+   ``--seconds`` (60), scheduled at t0 + i/rate with at most ``--max-inflight`` (64)
+   outstanding (beyond that the generator waits, so a saturated mesh shows as a lower
+   achieved rate rather than as an unbounded queue), round-robin over origins, projects
    ``load-m`` (m = 0..4) drawn at random; project ``load-m`` interests m nodes. Afterwards
    every inbox is counted against the expected number (origin excluded).
 
@@ -124,6 +126,17 @@ def counters(nodes: list[MeshNode]) -> dict[str, dict[str, Any]]:
             "runtime": {k: v for k, v in s["runtime"].items() if isinstance(v, int)},
         }  # fmt: skip
     return out
+
+
+def cpu_seconds(nodes: list[MeshNode]) -> float:
+    """User + system CPU seconds the daemons have used so far (all their threads)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for node in nodes:
+        with open(f"/proc/{node.process.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
 
 
 def delta(after: dict, before: dict, field: str) -> int:
@@ -284,7 +297,8 @@ def interested_in(m: int) -> set[int]:
     return {(m + 1 + t) % NODES for t in range(m)}
 
 
-def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds: float, seed: int) -> dict[str, Any]:
+def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds: float, seed: int,
+                   max_inflight: int) -> dict[str, Any]:  # fmt: skip
     import trio
 
     for j in range(NODES):
@@ -306,7 +320,12 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
     for origin, m in plan:
         for j in interested_in(m) - {origin}:
             expected[j] += 1
+    idle_began, idle_cpu = time.monotonic(), cpu_seconds(nodes)
+    time.sleep(5.0)
+    idle_cores = (cpu_seconds(nodes) - idle_cpu) / (time.monotonic() - idle_began)
     before = counters(nodes)
+    cpu_before = cpu_seconds(nodes)
+    self_before = os.times()
     late: list[float] = []
     call_ms: list[float] = []
     failures: list[str] = []
@@ -319,6 +338,8 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
             for n, k in zip(nodes, keys)
         ]  # fmt: skip
 
+        slots = trio.Semaphore(max_inflight)
+
         async def one(i: int, origin: int, m: int) -> None:
             began = trio.current_time()
             try:
@@ -330,6 +351,8 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
                     failures.append(f"{response.status_code} {response.text[:200]}")
             except httpx.HTTPError as exc:
                 failures.append(repr(exc))
+            finally:
+                slots.release()
             call_ms.append((trio.current_time() - began) * 1000)
 
         t0 = trio.current_time()
@@ -337,10 +360,10 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
             async with trio.open_nursery() as nursery:
                 for i, (origin, m) in enumerate(plan):
                     at = t0 + i / rate
+                    await trio.sleep_until(at)
+                    await slots.acquire()  # at most max_inflight stores outstanding
                     now = trio.current_time()
-                    if at > now:
-                        await trio.sleep_until(at)
-                    else:
+                    if now - at > 0.001:
                         late.append((now - at) * 1000)
                     nursery.start_soon(one, i, origin, m)
             return trio.current_time() - t0
@@ -363,12 +386,15 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
         got = counts()
     drained = time.monotonic() - drain_began
     after = counters(nodes)
+    cpu = cpu_seconds(nodes) - cpu_before
+    self_after = os.times()
+    generator_cpu = (self_after.user + self_after.system) - (self_before.user + self_before.system)
     lags = []
     for n, k in zip(nodes, keys):
         lags.extend(float(d["received_at"] - d["created_at"]) for d in inbox_all(n, k))
     drops = {n: after[n]["drops"] for n in after}
     return {
-        "rate_target": rate, "seconds_target": seconds, "stores": count, "store_failures": len(failures),
+        "rate_target": rate, "seconds_target": seconds, "max_inflight": max_inflight, "stores": count, "store_failures": len(failures),
         "failure_samples": failures[:5], "elapsed_s": elapsed, "achieved_rate": (count - len(failures)) / elapsed,
         "scheduled_late_ms": summary(late) if late else None, "late_count": len(late),
         "store_call_ms": summary(call_ms), "expected": expected, "got": got,
@@ -376,6 +402,7 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
         "delivery_lag_ms": summary(lags), "deliveries": sum(got),
         "data_frames": delta(after, before, "data_frames"), "data_diffs": delta(after, before, "data_diffs"),
         "control_frames": delta(after, before, "control_frames"), "drops": drops,
+        "daemon_cpu_s": cpu, "generator_cpu_s": generator_cpu, "idle_cores": idle_cores,
     }  # fmt: skip
 
 
@@ -422,18 +449,17 @@ def report(result: dict[str, Any]) -> str:
             out.append(f"| {row['interested']} | {fmt(row['data_frames_per_store'], 2)} | {fmt(row['data_diffs_per_store'], 2)} "
                        f"| {fmt(row['data_bytes_per_store'], 0)} | {fmt(row['control_frames_per_store'], 2)} "
                        f"| {fmt(row['control_frames_idle_per_store'], 2)} | {ok} | {row['uninterested_deliveries']} |")  # fmt: skip
-    if "sustained" in result:
-        s = result["sustained"]
+    for s in result.get("sustained", []):
         out.append("")
         out.append(f"## 3. Sustained load ({result['args']['load_provider']} embedder): target {s['rate_target']:g} "
-                   f"stores/s for {s['seconds_target']:g} s")  # fmt: skip
+                   f"stores/s for {s['seconds_target']:g} s, at most {s['max_inflight']} stores outstanding")  # fmt: skip
         out.append("")
         out.append(f"- stores: {s['stores']} ({s['store_failures']} failed) in {fmt(s['elapsed_s'])} s: "
                    f"**{fmt(s['achieved_rate'])} stores/s achieved**")  # fmt: skip
         if s["scheduled_late_ms"]:
             late = s["scheduled_late_ms"]
-            out.append(f"- the open-loop scheduler started {s['late_count']} stores late (p50 {fmt(late['p50'])} ms, "
-                       f"max {fmt(late['max'])} ms)")  # fmt: skip
+            out.append(f"- {s['late_count']} stores started late (the generator waited for a free slot or for CPU; "
+                       f"p50 {fmt(late['p50'])} ms, max {fmt(late['max'])} ms)")  # fmt: skip
         c = s["store_call_ms"]
         out.append(f"- store call under load: p50 {fmt(c['p50'])} ms, p99 {fmt(c['p99'])} ms, max {fmt(c['max'])} ms")
         lag = s["delivery_lag_ms"]
@@ -443,6 +469,11 @@ def report(result: dict[str, Any]) -> str:
                    f"**{'complete' if s['complete'] else 'INCOMPLETE'}** (drained {fmt(s['drain_s'])} s after the last store)")  # fmt: skip
         out.append(f"- data frames {s['data_frames']}, data diffs {s['data_diffs']} "
                    f"({fmt(s['data_diffs'] / max(1, s['deliveries']), 3)} per delivery), control frames {s['control_frames']}")  # fmt: skip
+        out.append(f"- CPU: the 5 daemons used {fmt(s['daemon_cpu_s'])} CPU-s over {fmt(s['total_s'])} s "
+                   f"({fmt(s['daemon_cpu_s'] / s['total_s'], 2)} cores; {fmt(1000 * s['daemon_cpu_s'] / max(1, s['stores']), 1)} "
+                   f"CPU-ms per store with its {fmt(s['deliveries'] / max(1, s['stores']), 2)} deliveries); "
+                   f"the load generator {fmt(s['generator_cpu_s'])} CPU-s; the idle mesh (gossip, pings, timers) "
+                   f"{fmt(s['idle_cores'], 3)} cores")  # fmt: skip
         out.append(f"- drops: {s['drops']}")
     return "\n".join(out)
 
@@ -452,7 +483,10 @@ def main() -> int:
     parser.add_argument("--stores", type=int, default=200, help="latency part: stores (default 200)")
     parser.add_argument("--gap-ms", type=float, default=20.0, help="latency part: ms between stores (default 20)")
     parser.add_argument("--fan-stores", type=int, default=20, help="messages part: stores per row (default 20)")
-    parser.add_argument("--rate", type=float, default=200.0, help="sustained part: stores/s (default 200)")
+    parser.add_argument("--rate", default="200", help="sustained part: stores/s, or several comma-separated, "
+                        "each on a fresh mesh (default 200)")
+    parser.add_argument("--max-inflight", type=int, default=64,
+                        help="sustained part: stores outstanding at most; beyond it the generator waits (default 64)")
     parser.add_argument("--seconds", type=float, default=60.0, help="sustained part: duration (default 60)")
     parser.add_argument("--latency-provider", default="builtin", help="embedder for parts 1-2 (default builtin)")
     parser.add_argument("--load-provider", default="hashed", help="embedder for part 3 (default hashed)")
@@ -482,11 +516,17 @@ def main() -> int:
                 for node in nodes:
                     node.stop()
             if 3 in parts:
-                nodes = start_mesh(lab, "load", args.load_provider)
-                keys = [n.add_agent(f"agent-{n.name}")[0] for n in nodes]
-                result["pids"] = {n.name: n.process.pid for n in nodes}
-                print(f"# load pids: {result['pids']}", file=sys.stderr)
-                result["sustained"] = part_sustained(nodes, keys, args.rate, args.seconds, args.seed)
+                result["sustained"] = []
+                for index, rate in enumerate(float(r) for r in args.rate.split(",")):
+                    nodes = start_mesh(lab, f"load{index}-", args.load_provider)
+                    keys = [n.add_agent(f"agent-{n.name}")[0] for n in nodes]
+                    print(f"# load pids: { {n.name: n.process.pid for n in nodes} }", file=sys.stderr)
+                    run = part_sustained(nodes, keys, rate, args.seconds, args.seed, args.max_inflight)
+                    result["sustained"].append(run)
+                    print(f"# sustained at {rate:g}/s: {run['achieved_rate']:.1f}/s achieved, complete={run['complete']}",
+                          file=sys.stderr)  # fmt: skip
+                    for node in nodes:
+                        node.stop()
     finally:
         if args.keep:
             print(f"# data dirs and daemon logs kept in {root}", file=sys.stderr)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_bridge import tools
+from mcp_bridge import schema, tools
 from mcp_bridge.jsonrpc import INVALID_PARAMS, JsonRpcError
 from node.energy import CELL_TYPES
 
@@ -285,8 +285,8 @@ def test_validation_does_not_mutate_the_callers_arguments() -> None:
 # -- the checker agrees with jsonschema -------------------------------------------------
 
 _checker = jsonschema.FormatChecker(formats=())
-_checker.checks("uuid")(lambda s: not isinstance(s, str) or bool(tools._UUID.match(s)))
-_checker.checks("date-time")(lambda s: not isinstance(s, str) or tools._is_rfc3339(s))
+_checker.checks("uuid")(lambda s: not isinstance(s, str) or bool(schema._UUID.match(s)))
+_checker.checks("date-time")(lambda s: not isinstance(s, str) or schema._is_rfc3339(s))
 
 scalars = (
     st.none() | st.booleans() | st.integers(-5, 600) | st.floats(-2, 2, allow_nan=False)
