@@ -231,6 +231,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     info = running_daemon(args.home)
     status = {"home": str(args.home), "daemon": info}
+    if info is not None:
+        status["mesh"] = administer(args, "peers")
     if info is not None and os.environ.get("HYPHAE_API_KEY"):
         status["stats"] = act(args, "stats")
     if args.json:
@@ -241,6 +243,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("daemon    not running (start it with `hyphae up`)")
     else:
         print(f"daemon    {info['api_url']} (pid {info['pid']}, node {info['node_id']})")
+    mesh = status.get("mesh")
+    if mesh is not None:
+        if not mesh.get("enabled"):
+            print("mesh      off (no team: `hyphae team create|join`)")
+        else:
+            states: dict[str, int] = {}
+            for peer in mesh["peers"]:
+                states[peer["state"]] = states.get(peer["state"], 0) + 1
+            summary = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "no peers yet"
+            queued = sum(peer["queue_depth"] for peer in mesh["peers"])
+            drops = sum((mesh.get("drops") or {}).values())
+            print(f"mesh      team {mesh['team_id']} at {mesh['address']}: {summary}; queued {queued}; drops {drops}")
     if "stats" in status:
         stats = status["stats"]
         print(f"cells     {stats['cells']}  layers {stats['layers']}")
