@@ -1,0 +1,104 @@
+"""``python -m simulations run|sweep``: the command line of the harness."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .runner import ALL_STRATEGIES, RunConfig, run, write
+
+__all__ = ["main", "build_parser", "config_from"]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _mesh_overrides(items: list[str]) -> tuple[tuple[str, int | float], ...]:
+    out = []
+    for item in items:
+        key, _, value = item.partition("=")
+        out.append((key.strip(), float(value) if "." in value else int(value)))
+    return tuple(sorted(out))
+
+
+def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
+    p.add_argument("--nodes", type=_ints if grid else int, default=[20] if grid else 20,
+                   help="node count" + (" (comma list)" if grid else ""))  # fmt: skip
+    p.add_argument("--stores", type=int, default=20, help="cells stored (one every --store-interval-ms)")
+    p.add_argument("--seed", type=_ints if grid else int, default=[0] if grid else 0)
+    p.add_argument("--view", choices=("full", "partial"), default="full")
+    p.add_argument("--loss", type=_floats if grid else float, default=[0.0] if grid else 0.0,
+                   help="frame loss probability" + (" (comma list)" if grid else ""))  # fmt: skip
+    p.add_argument("--duplicate", type=float, default=0.0, help="frame duplication probability")
+    p.add_argument("--latency", default="uniform:5:25", help="uniform:LO:HI | lognormal:MEDIAN:SIGMA | constant:MS")
+    p.add_argument("--partition", help='e.g. "at=5000,heal=20000,split=0.5" (ms from the first store)')
+    p.add_argument("--churn", help='e.g. "rate=0.5,down_ms=10000" (crashes per node per minute; restart with data)')
+    p.add_argument("--strategy", default=",".join(ALL_STRATEGIES), help="comma list of " + ",".join(ALL_STRATEGIES))
+    p.add_argument("--dim", type=int, default=384, help="vector dimension (lower runs faster)")
+    p.add_argument("--topics", type=int, default=50)
+    p.add_argument("--beacons-per-node", type=int, default=2)
+    p.add_argument("--zipf", type=float, default=1.0, help="topic popularity skew")
+    p.add_argument("--store-interval-ms", type=int, default=50)
+    p.add_argument("--drain-ms", type=int, help="virtual time after the last store (default 10 s, 75 s if hostile)")
+    p.add_argument("--degree", type=int, default=8, help="flood overlay mean degree")
+    p.add_argument("--fanout", type=int, default=4, help="random_push fanout")
+    p.add_argument("--ttl", type=int, default=6, help="random_push hops")
+    p.add_argument("--mesh", action="append", default=[], metavar="KEY=VALUE", help="MeshConfig override")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--no-plots", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m simulations", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_common(sub.add_parser("run", help="one run, every strategy side by side"), grid=False)
+    sweep = sub.add_parser("sweep", help="a grid of runs over local processes")
+    _add_common(sweep, grid=True)
+    sweep.add_argument("--workers", type=int, default=2)
+    sweep.add_argument("--scheduler", help="dask scheduler address (not implemented yet)")
+    return parser
+
+
+def config_from(args: argparse.Namespace, **overrides: object) -> RunConfig:
+    values: dict[str, object] = dict(
+        nodes=args.nodes, stores=args.stores, seed=args.seed, view=args.view, loss=args.loss,
+        duplicate=args.duplicate, latency=args.latency, partition=args.partition, churn=args.churn,
+        strategies=tuple(s.strip() for s in args.strategy.split(",") if s.strip()), dim=args.dim,
+        topics=args.topics, beacons_per_node=args.beacons_per_node, zipf=args.zipf,
+        store_interval_ms=args.store_interval_ms, drain_ms=args.drain_ms, degree=args.degree, fanout=args.fanout,
+        ttl=args.ttl, mesh=_mesh_overrides(args.mesh),
+    )  # fmt: skip
+    values.update(overrides)
+    return RunConfig(**values)  # type: ignore[arg-type]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            cfg = config_from(args)
+            started = time.perf_counter()
+            result = run(cfg, progress=lambda name, s: print(f"  {name}: {s:.1f} s", file=sys.stderr))
+            write(result, args.out)
+            if not args.no_plots:
+                from .plots import plot_run
+
+                made = plot_run(result, args.out)
+                if made is None:
+                    print("plots skipped: matplotlib is not installed (pip install 'hyphae[sim]')", file=sys.stderr)
+            print(f"wrote {args.out}/summary.json in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            return 0
+        from .sweep import run_sweep
+
+        return run_sweep(args)
+    except (ValueError, NotImplementedError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,290 @@
+"""The simulated network: link model, partition and churn schedules, and the engine host.
+
+One :class:`LinkModel` answers "does this frame arrive, when, how often?" for every
+strategy alike: the real engines (through :class:`SimNetwork`, a
+:class:`mesh.testing.VirtualNetwork` whose send path asks the model) and the baselines
+(which ask it directly). Partitions and churn are *schedules* fixed up front from the
+seed, so every strategy faces the same outages at the same virtual times. Times in a
+schedule are relative to the start of the store phase; :meth:`LinkModel.bind` pins
+them to a network's clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable
+
+from mesh.config import EnergyParams, MeshConfig
+from mesh.engine import MeshEngine
+from mesh.events import BeaconPlaced, Event, FrameReceived, PeerDiscovered, SendFailed, SendFrame, Started
+from mesh.memory import MemoryDiffLog
+from mesh.team import Team
+from mesh.testing import PlainSealer, VirtualNetwork, fast_crypto
+from mesh.wire import BeaconPayload
+
+__all__ = [
+    "Latency", "PartitionSpec", "ChurnSpec", "Outage", "LinkModel", "SimNetwork", "parse_spec",
+]  # fmt: skip
+
+
+def parse_spec(text: str) -> dict[str, str]:
+    """``"at=5000,heal=20000,split=0.5"`` -> ``{"at": "5000", ...}``."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected key=value, got {part!r} in {text!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _take(fields: dict[str, str], allowed: set[str], what: str) -> None:
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise ValueError(f"unknown {what} setting(s): {', '.join(unknown)} (known: {', '.join(sorted(allowed))})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Latency:
+    """One-way link latency in ms: ``uniform`` (low..high), ``lognormal`` (median, sigma) or ``constant``."""
+
+    kind: str = "uniform"
+    low: float = 5.0
+    high: float = 25.0
+    median: float = 12.0
+    sigma: float = 0.5
+
+    @classmethod
+    def parse(cls, text: str) -> "Latency":
+        """``uniform:5:25``, ``lognormal:12:0.5`` or ``constant:10``."""
+        kind, *args = text.split(":")
+        nums = [float(a) for a in args]
+        if kind == "uniform" and len(nums) == 2:
+            return cls("uniform", low=nums[0], high=nums[1])
+        if kind == "lognormal" and len(nums) == 2:
+            return cls("lognormal", median=nums[0], sigma=nums[1])
+        if kind == "constant" and len(nums) == 1:
+            return cls("constant", low=nums[0], high=nums[0])
+        raise ValueError(f"latency must be uniform:LOW:HIGH, lognormal:MEDIAN:SIGMA or constant:MS, not {text!r}")
+
+    def sample(self, rng: random.Random) -> int:
+        if self.kind == "lognormal":
+            return max(1, round(rng.lognormvariate(math.log(self.median), self.sigma)))
+        if self.kind == "constant":
+            return max(1, round(self.low))
+        return max(1, round(rng.uniform(self.low, self.high)))
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionSpec:
+    """Split the nodes into two sides at ``at`` ms; heal at ``heal`` ms (store-phase time)."""
+
+    at: int
+    heal: int
+    split: float = 0.5
+
+    @classmethod
+    def parse(cls, text: str) -> "PartitionSpec":
+        fields = parse_spec(text)
+        _take(fields, {"at", "heal", "split"}, "partition")
+        spec = cls(int(fields["at"]), int(fields["heal"]), float(fields.get("split", 0.5)))
+        if not 0 <= spec.at < spec.heal or not 0 < spec.split < 1:
+            raise ValueError("partition needs 0 <= at < heal and 0 < split < 1")
+        return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class ChurnSpec:
+    """Crashes as a Poisson process: ``rate`` per node per minute, each down ``down_ms``, then a
+    restart with its data (same identity and diff log, a fresh engine) between ``start`` and ``stop``."""
+
+    rate: float
+    down_ms: int = 10_000
+    start: int = 0
+    stop: int | None = None  # default: the end of the store phase
+
+    @classmethod
+    def parse(cls, text: str) -> "ChurnSpec":
+        fields = parse_spec(text)
+        _take(fields, {"rate", "down_ms", "start", "stop"}, "churn")
+        stop = fields.get("stop")
+        return cls(float(fields["rate"]), int(fields.get("down_ms", 10_000)), int(fields.get("start", 0)),
+                   None if stop is None else int(stop))  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outage:
+    node: int
+    down_at: int
+    up_at: int
+
+
+def churn_schedule(spec: ChurnSpec | None, nodes: int, stop_default: int, rng: random.Random) -> list[Outage]:
+    """Outages per node, non-overlapping, in time order (store-phase ms)."""
+    if spec is None or spec.rate <= 0:
+        return []
+    stop = spec.stop if spec.stop is not None else stop_default
+    per_ms = spec.rate / 60_000
+    out: list[Outage] = []
+    for node in range(nodes):
+        t = spec.start + rng.expovariate(per_ms)
+        while t < stop:
+            out.append(Outage(node, int(t), int(t) + spec.down_ms))
+            t += spec.down_ms + rng.expovariate(per_ms)
+    out.sort(key=lambda o: (o.down_at, o.node))
+    return out
+
+
+class LinkModel:
+    """Latency, loss, duplication, one scheduled partition and churn, over node indices."""
+
+    def __init__(
+        self, nodes: int, *, latency: Latency = Latency(), loss: float = 0.0, duplicate: float = 0.0,
+        partition: PartitionSpec | None = None, outages: list[Outage] | None = None, seed: int = 0,
+    ) -> None:  # fmt: skip
+        self.nodes = nodes
+        self.latency = latency
+        self.loss = loss
+        self.duplicate = duplicate
+        self.partition = partition
+        self.outages = outages or []
+        self.origin_ms = 0  # absolute time of store-phase 0
+        side_rng = random.Random(f"{seed}:partition")
+        order = list(range(nodes))
+        side_rng.shuffle(order)
+        cut = round(nodes * partition.split) if partition else 0
+        self.side = [0] * nodes
+        for i in order[:cut]:
+            self.side[i] = 1
+        self._down: dict[int, list[tuple[int, int]]] = {}
+        for o in self.outages:
+            self._down.setdefault(o.node, []).append((o.down_at, o.up_at))
+
+    def bind(self, origin_ms: int) -> None:
+        self.origin_ms = origin_ms
+
+    def split_at(self, now: int) -> bool:
+        p = self.partition
+        return p is not None and p.at <= now - self.origin_ms < p.heal
+
+    def connected(self, a: int, b: int, now: int) -> bool:
+        return not self.split_at(now) or self.side[a] == self.side[b]
+
+    def is_up(self, node: int, now: int) -> bool:
+        rel = now - self.origin_ms
+        return not any(down <= rel < up for down, up in self._down.get(node, ()))
+
+    def transmit(self, rng: random.Random) -> list[int]:
+        """Delays of the copies that arrive (empty: lost)."""
+        if self.loss and rng.random() < self.loss:
+            return []
+        copies = 2 if self.duplicate and rng.random() < self.duplicate else 1
+        return [self.latency.sample(rng) for _ in range(copies)]
+
+
+def address(index: int) -> str:
+    return f"n{index}"
+
+
+def index_of(addr: str) -> int:
+    return int(addr[1:])
+
+
+class SimNetwork(VirtualNetwork):
+    """:class:`VirtualNetwork` whose links, outages and partitions follow a :class:`LinkModel`.
+
+    A down node gets no events (frames to it are cut, its timers lapse); at ``up_at`` it
+    restarts like a crashed daemon: a fresh engine over the same identity and diff log,
+    ``Started``, its own beacons placed again, and its seed peers.
+    """
+
+    def __init__(self, model: LinkModel, *, seed: int, team: Team, energy: EnergyParams, **config: object) -> None:
+        super().__init__(seed=seed, report_send_failures=True)
+        self.model = model
+        self.seed = seed
+        self.team = team
+        self.energy = energy
+        self.config = config
+        self.down: set[str] = set()
+        self.own_beacons: dict[str, list[BeaconPayload]] = {}
+        self.seeds: dict[str, list[str]] = {}
+        self._incarnation: dict[str, int] = {}
+        self.restarts = 0
+        self.on_restart: Callable[[str], None] | None = None
+        self.on_frame: Callable[[str, FrameReceived], None] | None = None  # a frame reaches a live node
+
+    def build(self, addr: str) -> MeshEngine:
+        """An engine for ``addr`` (same identity every incarnation, fresh rng each time)."""
+        identity_rng = random.Random(f"{self.seed}:{addr}")
+        node_id, public_key, sign, verify = fast_crypto(identity_rng)
+        n = self._incarnation.get(addr, 0)
+        rng = random.Random(f"{self.seed}:{addr}:{n}")
+        host = self.hosts.get(addr)
+        store = host.engine.store if host is not None else MemoryDiffLog()
+        cfg = MeshConfig(team=self.team, address=addr, **self.config)  # type: ignore[arg-type]
+        return MeshEngine(
+            node_id, cfg, store, energy=self.energy, signer=sign, verifier=verify, public_key=public_key,
+            sealer=PlainSealer(self.team, rng), rng=rng,
+        )  # fmt: skip
+
+    def boot(self, addr: str) -> None:
+        """``Started``, own beacons, seed peers: what ``hyphae up`` does."""
+        self.inject(addr, Started())
+        for beacon in self.own_beacons.get(addr, ()):
+            self.inject(addr, BeaconPlaced(beacon))
+        for peer in self.seeds.get(addr, ()):
+            self.inject(addr, PeerDiscovered(peer))
+
+    def schedule_outages(self) -> None:
+        for o in self.model.outages:
+            at = self.model.origin_ms
+            self.schedule(at + o.down_at, address(o.node), _Crash())
+            self.schedule(at + o.up_at, address(o.node), _Restart())
+
+    def inject(self, addr: str, event: Event) -> list:  # type: ignore[override]
+        if isinstance(event, _Crash):
+            self.down.add(addr)
+            return []
+        if isinstance(event, _Restart):
+            self.down.discard(addr)
+            self._incarnation[addr] = self._incarnation.get(addr, 0) + 1
+            self.hosts[addr].engine = self.build(addr)
+            self.restarts += 1
+            if self.on_restart is not None:
+                self.on_restart(addr)
+            self.boot(addr)
+            return []
+        if addr in self.down:
+            return []
+        if self.on_frame is not None and isinstance(event, FrameReceived):
+            self.on_frame(addr, event)
+        return super().inject(addr, event)
+
+    def _send(self, src: str, effect: SendFrame) -> None:
+        dst = effect.address
+        self.stats["frames_sent"] += 1
+        self.stats["data_frames_sent" if not effect.is_control else "control_frames_sent"] += 1
+        now = self.now
+        if dst not in self.hosts or dst in self.down or not self.model.connected(index_of(src), index_of(dst), now):
+            self.stats["frames_cut"] += 1
+            self.schedule(now + self.send_failure_after_ms, src, SendFailed(dst))
+            return
+        delays = self.model.transmit(self.rng)
+        if not delays:
+            self.stats["frames_lost"] += 1
+        self.stats["frames_duplicated"] += max(0, len(delays) - 1)
+        for delay in delays:
+            self.schedule(now + delay, dst, FrameReceived(src, effect.frame))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Crash:
+    """Harness event: the node goes down (never reaches an engine)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Restart:
+    """Harness event: the node comes back as a fresh engine over its old log."""
+

@@ -1,0 +1,142 @@
+"""One simulation run: build the workload and schedules, run each strategy, write the results.
+
+The summary is a pure function of the :class:`RunConfig` (seed included): same config,
+byte-identical ``summary.json`` and ``cells.csv``. Wall-clock times go to
+``timing.json`` only.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from node.energy import EnergyModel
+
+from .metrics import CELL_COLUMNS, summarise
+from .network import ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule
+from .strategies import STRATEGIES, Context
+from .workload import Workload, WorkloadSpec
+
+__all__ = ["RunConfig", "RunResult", "run", "write", "ALL_STRATEGIES"]
+
+ALL_STRATEGIES = ("hyphae", "flood", "random_push", "oracle")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    nodes: int = 20
+    stores: int = 20
+    seed: int = 0
+    view: str = "full"
+    loss: float = 0.0
+    duplicate: float = 0.0
+    latency: str = "uniform:5:25"
+    partition: str | None = None
+    churn: str | None = None
+    strategies: tuple[str, ...] = ALL_STRATEGIES
+    dim: int = 384
+    topics: int = 50
+    beacons_per_node: int = 2
+    zipf: float = 1.0
+    store_interval_ms: int = 50
+    drain_ms: int | None = None  # default: 10 s, or 75 s (two repair rounds) when frames can go missing
+    degree: int = 8
+    fanout: int = 4
+    ttl: int = 6
+    warmup_max_ms: int = 120_000
+    mesh: tuple[tuple[str, Any], ...] = ()  # MeshConfig overrides, e.g. (("repair_interval_ms", 10000),)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.strategies) - set(STRATEGIES))
+        if unknown:
+            raise ValueError(f"unknown strategy: {', '.join(unknown)} (known: {', '.join(STRATEGIES)})")
+        if not 0 <= self.loss < 1 or not 0 <= self.duplicate < 1:
+            raise ValueError("loss and duplicate are probabilities in [0, 1)")
+        if self.view not in ("full", "partial"):
+            raise ValueError("view is full or partial")
+        Latency.parse(self.latency)
+        if self.partition:
+            PartitionSpec.parse(self.partition)
+        if self.churn:
+            ChurnSpec.parse(self.churn)
+
+    def effective_drain_ms(self) -> int:
+        if self.drain_ms is not None:
+            return self.drain_ms
+        hostile = self.loss > 0 or self.partition or self.churn
+        return 75_000 if hostile else 10_000
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["strategies"] = list(self.strategies)
+        out["mesh"] = dict(self.mesh)
+        out["drain_ms"] = self.effective_drain_ms()
+        return out
+
+
+@dataclasses.dataclass
+class RunResult:
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+    wall_s: dict[str, float]
+
+
+def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
+    """Run every requested strategy on the same workload and outages."""
+    energy = EnergyModel()
+    spec = WorkloadSpec(
+        nodes=cfg.nodes, stores=cfg.stores, dim=cfg.dim, topics=cfg.topics, beacons_per_node=cfg.beacons_per_node,
+        zipf=cfg.zipf, store_interval_ms=cfg.store_interval_ms,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    workload = Workload(spec, cfg.seed, energy)
+    wall = {"workload": round(time.perf_counter() - t0, 3)}
+    partition = PartitionSpec.parse(cfg.partition) if cfg.partition else None
+    churn = ChurnSpec.parse(cfg.churn) if cfg.churn else None
+    outages = churn_schedule(churn, cfg.nodes, workload.store_phase_ms, random.Random(f"{cfg.seed}:churn"))
+    probe = LinkModel(cfg.nodes, outages=outages)
+    skipped = frozenset(c.index for c in workload.cells if not probe.is_up(c.origin, c.at_ms))
+    strategies: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    for name in cfg.strategies:
+        model = LinkModel(
+            cfg.nodes, latency=Latency.parse(cfg.latency), loss=cfg.loss, duplicate=cfg.duplicate,
+            partition=partition, outages=outages, seed=cfg.seed,
+        )  # fmt: skip
+        ctx = Context(
+            workload, model, cfg.seed, energy, drain_ms=cfg.effective_drain_ms(), view=cfg.view,
+            mesh_config=dict(cfg.mesh), warmup_max_ms=cfg.warmup_max_ms, degree=cfg.degree, fanout=cfg.fanout,
+            ttl=cfg.ttl, skipped=skipped,
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        outcome = STRATEGIES[name]().run(ctx)
+        summary, cell_rows = summarise(
+            name, outcome.recorder, workload, outcome.origin_ms, outcome.end_ms,
+            heal_ms=partition.heal if partition else None, skipped=skipped,
+        )  # fmt: skip
+        summary.update(outcome.extras)
+        strategies[name] = summary
+        rows += cell_rows
+        wall[name] = round(time.perf_counter() - t0, 3)
+        if progress is not None:
+            progress(name, wall[name])
+    config = cfg.as_dict()
+    config["outages"] = len(outages)
+    config["skipped_stores"] = len(skipped)
+    return RunResult({"strategies": strategies, "config": config}, rows, wall)
+
+
+def write(result: RunResult, out: Path) -> None:
+    """``summary.json``, ``cells.csv`` and ``timing.json`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
+    with open(out / "cells.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CELL_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(result.rows)
+    (out / "timing.json").write_text(json.dumps({"wall_s": result.wall_s}, indent=2, sort_keys=True) + "\n")

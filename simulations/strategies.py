@@ -1,0 +1,291 @@
+"""Dissemination strategies, side by side on one workload and one link model.
+
+``hyphae`` is the production :class:`mesh.engine.MeshEngine`, one per node, on a
+:class:`SimNetwork`; this module only boots nodes, injects the workload's events and
+watches effects. The other three are *yardsticks*, not protocol code: a few lines of
+message passing over the same :class:`LinkModel` (latency, loss, partition, churn).
+
+* ``flood``: every node forwards a new cell once to all its overlay neighbours.
+* ``random_push``: infect-and-die push gossip to ``fanout`` random members, ``ttl`` hops.
+* ``oracle``: the origin sends one lossless message straight to each interested node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+import itertools
+import random
+from typing import Any, Callable, Protocol
+
+from mesh.events import CellStored, Effect, FrameReceived, SendFrame, StoreRemoteCell
+from mesh.team import FRAME_OVERHEAD, Team
+from mesh.testing import START_MS, Host, PlainSealer
+from mesh.wire import CellPayload, Envelope, MsgType, decode_envelope, encode_envelope, sign_diff
+from node.energy import EnergyModel
+
+from .metrics import Recorder
+from .network import LinkModel, SimNetwork, address, index_of
+from .workload import SimCell, Workload
+
+__all__ = ["Context", "Outcome", "Strategy", "Hyphae", "Flood", "RandomPush", "Oracle", "STRATEGIES"]
+
+
+@dataclasses.dataclass
+class Context:
+    """Everything a strategy may use. ``interested`` ground truth is for the oracle only."""
+
+    workload: Workload
+    model: LinkModel
+    seed: int
+    energy: EnergyModel
+    drain_ms: int = 10_000  # virtual time to run after the last store
+    view: str = "full"
+    mesh_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    warmup_max_ms: int = 120_000
+    seeds_per_node: int = 2
+    degree: int = 8  # flood overlay
+    fanout: int = 4  # random push
+    ttl: int = 6  # random push
+    skipped: frozenset[int] = frozenset()  # cells whose origin is down at store time
+
+
+@dataclasses.dataclass
+class Outcome:
+    recorder: Recorder
+    origin_ms: int  # absolute time of store-phase 0
+    end_ms: int
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Strategy(Protocol):
+    name: str
+
+    def run(self, ctx: Context) -> Outcome: ...
+
+
+def _cell_index(cell_id: str) -> int:
+    return int(cell_id.rsplit("-", 1)[1])
+
+
+# -- hyphae: the production engine ------------------------------------------------------
+
+
+class Hyphae:
+    """The real engine on every node, full view."""
+
+    name = "hyphae"
+
+    def run(self, ctx: Context) -> Outcome:
+        if ctx.view != "full":
+            raise NotImplementedError(
+                "view=partial: the engine has no partial-view RoutingPolicy yet (mesh/routing.py documents it as a "
+                "hook; MeshConfig.view and max_neighbours are not read by mesh/engine.py), so it would run full view"
+            )
+        w, n = ctx.workload, ctx.workload.spec.nodes
+        team = Team("simulation", hashlib.blake2b(f"team:{ctx.seed}".encode(), digest_size=32).digest())
+        net = SimNetwork(ctx.model, seed=ctx.seed, team=team, energy=ctx.energy, **ctx.mesh_config)
+        rec = Recorder(len(w.cells))
+        opener = PlainSealer(team, random.Random(0))
+        limits = net.build(address(0)).config.limits
+        in_flight: dict[int, tuple[bytes, list[int]]] = {}  # id(frame) -> (frame, cells) of data frames
+        phase = {"store": False}
+        warmup = {"control_messages": 0, "control_bytes": 0}
+
+        def on_effect(host: Host, effect: Effect) -> None:
+            if isinstance(effect, StoreRemoteCell):
+                rec.deliver(_cell_index(effect.cell.node_id), index_of(host.address), net.now, effect.hops)
+            elif isinstance(effect, SendFrame):
+                if effect.data_bytes:
+                    _, _, plain = opener.open(effect.frame)
+                    cells = [_cell_index(d.payload.node_id) for d in decode_envelope(plain, limits).diffs
+                             if isinstance(d.payload, CellPayload)]  # fmt: skip
+                    rec.data_frames += 1
+                    for cell in cells:
+                        rec.sent(cell, index_of(host.address), len(effect.frame) // max(1, len(cells)))
+                    in_flight[id(effect.frame)] = (effect.frame, cells)
+                elif phase["store"]:
+                    rec.control(len(effect.frame))
+                else:
+                    warmup["control_messages"] += 1
+                    warmup["control_bytes"] += len(effect.frame)
+
+        def on_frame(addr: str, event: FrameReceived) -> None:
+            found = in_flight.get(id(event.frame))
+            if found is not None and found[0] is event.frame:
+                for cell in found[1]:
+                    rec.arrived(cell, index_of(addr))
+
+        net.on_effect = on_effect
+        net.on_frame = on_frame
+        seed_rng = random.Random(f"{ctx.seed}:seeds")
+        for i in range(n):
+            addr = address(i)
+            net.add(net.build(addr))
+            net.own_beacons[addr] = w.beacons_of(i)
+            net.seeds[addr] = [address(j) for j in sorted(set(seed_rng.sample(range(i), min(i, ctx.seeds_per_node))))]
+        for i in range(n):
+            net.boot(address(i))
+        warmup_ms, converged = _warm_up(net, w, ctx.warmup_max_ms)
+        origin_ms = net.now
+        ctx.model.bind(origin_ms)
+        net.schedule_outages()
+        phase["store"] = True
+        for cell in w.cells:
+            if cell.index not in ctx.skipped:
+                at = origin_ms + cell.at_ms
+                net.schedule(at, address(cell.origin), CellStored(cell.payload(at, w.spec.dim)))
+        end_ms = origin_ms + w.store_phase_ms + ctx.drain_ms
+        net.run_until(end_ms)
+        drops: dict[str, int] = {}
+        for host in net.hosts.values():
+            for reason, count in host.engine.counters.drops.items():
+                drops[reason] = drops.get(reason, 0) + count
+        extras = {
+            "warmup_ms": warmup_ms, "warmup_converged": converged,
+            "warmup_control_messages": warmup["control_messages"], "warmup_control_bytes": warmup["control_bytes"],
+            "engine_drops": dict(sorted(drops.items())), "restarts": net.restarts,
+            "repairs_requested": sum(h.engine.counters.repairs_requested for h in net.hosts.values()),
+            "network": dict(sorted(net.stats.items())),
+        }  # fmt: skip
+        return Outcome(rec, origin_ms, end_ms, extras)
+
+
+def _warm_up(net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 500) -> tuple[int, bool]:
+    """Run until every node knows every peer and every other node's beacons (or ``max_ms``)."""
+    n = w.spec.nodes
+    want = {address(i): len(w.beacons) - len(w.beacons_of(i)) for i in range(n)}
+    start = net.now
+    hosts = list(net.hosts.values())
+    while True:
+        pending = [h for h in hosts if len(h.engine.peers) < n - 1 or len(h.engine.beacons) < want[h.address]]
+        if not pending or net.now - start >= max_ms:
+            return net.now - start, not pending
+        hosts = pending
+        net.run_for(step_ms)
+
+
+# -- yardsticks -------------------------------------------------------------------------
+
+
+def message_bytes(cell: SimCell, dim: int) -> int:
+    """A cell in a one-diff data frame, as the engine's codec would size it."""
+    payload = cell.payload(START_MS, dim)
+    diff = sign_diff(payload, origin="00" * 16, seq=1, ts=START_MS, sign=lambda m: bytes(64), hops=1, ttl=5)
+    env = Envelope(MsgType.DATA, START_MS, "n0", {"00" * 16: (bytes(32), bytes(32))}, (diff,), batch_id=1)
+    return len(encode_envelope(env)) + FRAME_OVERHEAD
+
+
+class _MessagePassing:
+    """A heap of in-flight messages over the link model; ``forward`` decides who sends what next."""
+
+    name = "yardstick"
+
+    def targets(self, ctx: Context, cell: SimCell, rng: random.Random) -> list[int]:
+        raise NotImplementedError
+
+    lossless = False
+
+    def forward(self, ctx: Context, node: int, cell: SimCell, hops: int, sender: int, rng: random.Random) -> list[int]:
+        return []
+
+    def run(self, ctx: Context) -> Outcome:
+        w, model = ctx.workload, ctx.model
+        rng = random.Random(f"{ctx.seed}:{self.name}")
+        origin_ms = START_MS
+        model.bind(origin_ms)
+        rec = Recorder(len(w.cells))
+        sizes = [message_bytes(c, w.spec.dim) for c in w.cells]
+        order = itertools.count()
+        queue: list[tuple[int, int, int, int, int, int, int]] = []  # (at, order, kind, node, cell, hops, sender)
+        STORE, ARRIVE = 0, 1
+        for cell in w.cells:
+            if cell.index not in ctx.skipped:
+                heapq.heappush(queue, (origin_ms + cell.at_ms, next(order), STORE, cell.origin, cell.index, 0, -1))
+
+        def send(src: int, dst: int, cell: int, hops: int, now: int) -> None:
+            rec.sent(cell, src, sizes[cell])
+            if not model.is_up(dst, now) or not model.connected(src, dst, now):
+                return
+            delays = [model.latency.sample(rng)] if self.lossless else model.transmit(rng)
+            for delay in delays:
+                heapq.heappush(queue, (now + delay, next(order), ARRIVE, dst, cell, hops, src))
+
+        end_ms = origin_ms + w.store_phase_ms + ctx.drain_ms
+        while queue and queue[0][0] <= end_ms:
+            now, _, kind, node, index, hops, sender = heapq.heappop(queue)
+            cell = w.cells[index]
+            if kind == STORE:
+                for dst in self.targets(ctx, cell, rng):
+                    send(node, dst, index, 1, now)
+                continue
+            if not model.is_up(node, now):
+                continue
+            rec.arrived(index, node)
+            if node == cell.origin or node in rec.delivered[index]:
+                continue
+            rec.deliver(index, node, now, hops)
+            for dst in self.forward(ctx, node, cell, hops, sender, rng):
+                send(node, dst, index, hops + 1, now)
+        return Outcome(rec, origin_ms, end_ms, {})
+
+
+class Flood(_MessagePassing):
+    """Forward every new cell once to all overlay neighbours (random graph, mean degree ``degree``)."""
+
+    name = "flood"
+
+    def _overlay(self, ctx: Context) -> list[list[int]]:
+        if getattr(self, "_graph", None) is None:
+            n = ctx.workload.spec.nodes
+            rng = random.Random(f"{ctx.seed}:overlay")
+            links: list[set[int]] = [set() for _ in range(n)]
+            for i in range(n):  # a ring keeps it connected; random chords give the degree
+                links[i].add((i + 1) % n)
+                links[(i + 1) % n].add(i)
+            for i in range(n):
+                for j in rng.sample(range(n), min(n, max(0, ctx.degree // 2 - 1))):
+                    if j != i:
+                        links[i].add(j)
+                        links[j].add(i)
+            self._graph = [sorted(s) for s in links]
+        return self._graph
+
+    def targets(self, ctx: Context, cell: SimCell, rng: random.Random) -> list[int]:
+        return self._overlay(ctx)[cell.origin]
+
+    def forward(self, ctx: Context, node: int, cell: SimCell, hops: int, sender: int, rng: random.Random) -> list[int]:
+        return [j for j in self._overlay(ctx)[node] if j != sender and j != cell.origin]
+
+
+class RandomPush(_MessagePassing):
+    """Push to ``fanout`` random members; each first receiver pushes on while hops < ``ttl``."""
+
+    name = "random_push"
+
+    def _pick(self, ctx: Context, node: int, rng: random.Random) -> list[int]:
+        n = ctx.workload.spec.nodes
+        picks = rng.sample(range(n - 1), min(ctx.fanout, n - 1))
+        return [p if p < node else p + 1 for p in picks]
+
+    def targets(self, ctx: Context, cell: SimCell, rng: random.Random) -> list[int]:
+        return self._pick(ctx, cell.origin, rng)
+
+    def forward(self, ctx: Context, node: int, cell: SimCell, hops: int, sender: int, rng: random.Random) -> list[int]:
+        return self._pick(ctx, node, rng) if hops < ctx.ttl else []
+
+
+class Oracle(_MessagePassing):
+    """One lossless message from the origin to each interested node (reachable at send time)."""
+
+    name = "oracle"
+    lossless = True
+
+    def targets(self, ctx: Context, cell: SimCell, rng: random.Random) -> list[int]:
+        return sorted(cell.interested)
+
+
+STRATEGIES: dict[str, Callable[[], Strategy]] = {
+    "hyphae": Hyphae, "flood": Flood, "random_push": RandomPush, "oracle": Oracle,
+}  # fmt: skip
