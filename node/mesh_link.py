@@ -6,24 +6,12 @@ is ingested through the very path local cells take (storage, index, inbox delive
 with its provenance. At start the link replays this node's live beacons to the engine
 and repairs the one gap a crash can open: a write committed on one side of the
 cell/diff-log pair and not the other.
-
-Remote cells and tombstones do not hold up the engine: :meth:`MeshLink.apply` queues
-them and returns, and :meth:`MeshLink.run` ingests what is queued, in arrival order,
-with consecutive cells written concurrently so one group commit carries them all
-(a tombstone waits for the cells before it, so it never overtakes its cell). Awaiting
-each ingest inside ``apply`` would serialise the engine on one commit round trip per
-cell: under load, frames and acks queue behind those awaits, acks miss the sender's
-timeout, and retransmissions feed the overload. A cell whose diff is logged but whose
-ingest a crash cut short is ingested again by :meth:`MeshLink.start`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
-
-import trio
 
 from mesh import events as ev
 from mesh.wire import BeaconPayload, CellPayload, DiffKind, decode_signed
@@ -38,8 +26,6 @@ log = logging.getLogger("hyphae.mesh")
 
 # How far back a restart looks for local cells whose diff a crash may have lost.
 RECONCILE_WINDOW_MS = 60_000
-# Remote cells written concurrently in one round (one or two group commits).
-INGEST_BATCH = 256
 
 
 def cell_payload(cell: v.Cell) -> CellPayload:
@@ -69,9 +55,6 @@ class MeshLink:
         self.remote_beacons: dict[str, ev.ApplyRemoteBeacon] = {}
         self.peer_states: dict[str, str] = {}
         self.cells_received = 0
-        self.ingest_errors = 0
-        self._ingest_tx, self._ingest_rx = trio.open_memory_channel[Any](math.inf)
-        self._ingest_pending = 0
 
     # -- outbound (MeshHooks) --------------------------------------------------------
 
@@ -93,9 +76,10 @@ class MeshLink:
     # -- inbound (EffectSink) ----------------------------------------------------------
 
     async def apply(self, effect: Any) -> None:
-        if isinstance(effect, (ev.StoreRemoteCell, ev.ApplyTombstone)):
-            self._ingest_pending += 1
-            self._ingest_tx.send_nowait(effect)  # unbounded: the engine never waits on storage
+        if isinstance(effect, ev.StoreRemoteCell):
+            await self._store_remote(effect.cell, effect.origin_node, effect.hops, effect.signature)
+        elif isinstance(effect, ev.ApplyTombstone):
+            await self.service.apply_tombstone(effect.cell_id, effect.origin_node, effect.forgotten_at)
         elif isinstance(effect, ev.ApplyScene):
             await self.service.apply_scene(effect.scene, effect.origin_node)
         elif isinstance(effect, ev.ApplyRemoteBeacon):
@@ -105,43 +89,6 @@ class MeshLink:
         elif isinstance(effect, ev.PeerStateChanged):
             self.peer_states[effect.peer_id] = effect.state
             log.info("peer %s at %s is %s", effect.peer_id[:12], effect.address, effect.state)
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Ingest queued remote cells and tombstones until cancelled (see the module docstring)."""
-        task_status.started()
-        while True:
-            batch = [await self._ingest_rx.receive()]
-            while len(batch) < INGEST_BATCH:
-                try:
-                    batch.append(self._ingest_rx.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            cells: list[ev.StoreRemoteCell] = []
-            for effect in batch:
-                if isinstance(effect, ev.StoreRemoteCell):
-                    cells.append(effect)
-                    continue
-                await self._ingest_cells(cells)
-                cells = []
-                await self._guarded(self.service.apply_tombstone, effect.cell_id, effect.origin_node, effect.forgotten_at)
-            await self._ingest_cells(cells)
-            self._ingest_pending -= len(batch)
-
-    async def _ingest_cells(self, effects: list[ev.StoreRemoteCell]) -> None:
-        if len(effects) == 1:
-            e = effects[0]
-            await self._guarded(self._store_remote, e.cell, e.origin_node, e.hops, e.signature)
-        elif effects:
-            async with trio.open_nursery() as nursery:
-                for e in effects:
-                    nursery.start_soon(self._guarded, self._store_remote, e.cell, e.origin_node, e.hops, e.signature)
-
-    async def _guarded(self, fn, *args: Any) -> None:
-        try:
-            await fn(*args)
-        except Exception:  # the diff is in the log: the next start ingests it again
-            self.ingest_errors += 1
-            log.exception("ingesting a remote change failed")
 
     async def _store_remote(self, payload: CellPayload, origin_node: str, hops: int, signature: bytes) -> None:
         embedder = self.service.embedder
@@ -185,6 +132,4 @@ class MeshLink:
         return {
             "remote_beacons": len(self.remote_beacons),
             "cells_received": self.cells_received,
-            "ingest_pending": self._ingest_pending,
-            "ingest_errors": self.ingest_errors,
         }

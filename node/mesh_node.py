@@ -31,13 +31,37 @@ log = logging.getLogger("hyphae.mesh")
 
 
 def advertised_host(bind_host: str) -> str:
-    """Where peers can reach us: the bind address, or this host's address for a wildcard."""
+    """Where peers can reach us: the bind address, or this host's LAN address for a wildcard.
+
+    For a wildcard bind, the address the kernel would send from towards the mDNS group
+    comes first (a UDP connect sends nothing); the host name's address only after it,
+    because many systems map their host name to a loopback address in /etc/hosts
+    (Debian and Ubuntu: 127.0.1.1), which teammates cannot reach and which would also
+    confine zeroconf to the loopback interface. Loopback is the last resort.
+    """
     if bind_host not in ("0.0.0.0", "::", ""):
         return bind_host
+    for candidate in (_source_address("224.0.0.251", 5353), _hostname_address()):
+        if candidate and not candidate.startswith("127.") and candidate != "0.0.0.0":
+            return candidate
+    return "127.0.0.1"
+
+
+def _source_address(host: str, port: int) -> str | None:
+    """The local IPv4 address a datagram to ``host`` would leave from (nothing is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return probe.getsockname()[0]
+    except OSError:
+        return None
+
+
+def _hostname_address() -> str | None:
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
-        return "127.0.0.1"
+        return None
 
 
 async def run_mesh(
@@ -63,7 +87,6 @@ async def run_mesh(
     app = make_mesh_app(runtime, max_frame_bytes=engine.config.limits.max_frame_bytes)
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(link.run)
             await nursery.start(runtime.run)
             await nursery.start(functools.partial(serve_mesh, app, sock))
             service.mesh = link

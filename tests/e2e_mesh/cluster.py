@@ -222,8 +222,9 @@ class MeshNode:
         self._close_http()
         return self.info
 
-    def start(self, *, peers: Sequence[str] = (), discovery: bool = False, timeout: float = START_DEADLINE) -> "MeshNode":
-        self.launch(peers=peers, discovery=discovery)
+    def start(self, *, peers: Sequence[str] = (), discovery: bool = False, extra: Sequence[str] = (),
+              timeout: float = START_DEADLINE) -> "MeshNode":  # fmt: skip
+        self.launch(peers=peers, discovery=discovery, extra=extra)
         self.wait_serving(timeout)
         return self
 

@@ -9,7 +9,10 @@ team hash). The hashed embedder suffices: the beacon and the memory share words.
 
 from __future__ import annotations
 
+import socket
 import time
+
+import pytest
 
 from .cluster import Lab, wait_beacons_known, wait_connected, wait_until
 
@@ -48,3 +51,30 @@ def test_two_nodes_find_each_other_by_zeroconf_and_deliver(lab: Lab) -> None:
     assert diff["origin_node"] == a.node_id and diff["source_agent"] == agent_a and diff["hops"] >= 1
     assert stranger.peers()["peers"] == []
     assert a.peers()["drops"].get("decrypt_failed", 0) == 0  # the stranger was never even contacted
+
+
+def _lan_address() -> str | None:
+    """This host's non-loopback IPv4 address, if it has one (nothing is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("224.0.0.251", 5353))
+            address = probe.getsockname()[0]
+    except OSError:
+        return None
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def test_a_wildcard_mesh_bind_advertises_a_reachable_lan_address(lab: Lab) -> None:
+    """With the default ``0.0.0.0`` mesh bind, the node advertises its LAN address, not
+    whatever /etc/hosts maps the host name to (often 127.0.0.1 or 127.0.1.1), and a
+    teammate reaches it there."""
+    lan = _lan_address()
+    if lan is None:
+        pytest.skip("this host has no non-loopback IPv4 address")
+    a, b = lab.team(["a", "b"])
+    a.start(extra=["--mesh", "0.0.0.0:0"])
+    host, _, port = a.mesh_address.rpartition(":")
+    assert host == lan, f"advertised {a.mesh_address}, but this host is {lan}"
+    b.start(peers=[a.mesh_address])
+    wait_connected([a, b])
+    assert {p["address"] for p in b.peers()["peers"]} == {a.mesh_address}

@@ -28,7 +28,7 @@ import pytest
 
 from mesh.identity import NodeIdentity
 from mesh.team import Team
-from mesh.wire import CellPayload, Envelope, MsgType, encode_envelope, sign_diff
+from mesh.wire import CellPayload, Envelope, MsgType, decode_envelope, encode_envelope, sign_diff
 from node.embedding.hashed import HashedEmbedder
 
 from .cluster import Lab, MeshNode, team_of, wait_beacons_known, wait_connected, wait_until
@@ -118,6 +118,9 @@ def test_outsider_can_neither_read_nor_inject_and_garbage_is_counted(nodes) -> N
     status = json.loads(a.cli("peers", "--json"))  # what `hyphae peers --json` shows
     assert outsider.node_id not in {p["node_id"] for p in status["peers"]}, status["peers"]
     assert status["drops"].get("decrypt_failed", 0) >= 1, status["drops"]
+    as_agent = a.rest("GET", "/v1/peers", key_a)  # the same counters, for any agent of the node
+    assert as_agent["drops"].get("decrypt_failed", 0) >= 1
+    assert outsider.node_id not in {p["node_id"] for p in as_agent["peers"]}
     assert a.peers()["beacons_known"] == 1
     o_status = outsider.peers()
     assert o_status["peers"] == [] and o_status["cells_delivered"] == 0 and o_status["beacons_known"] == 0
@@ -189,7 +192,8 @@ def test_outsider_can_neither_read_nor_inject_and_garbage_is_counted(nodes) -> N
     assert post_frame(a, insider.frame(future)).status_code == 202
     wait_drop(a, "future", before)
     before = drops(a)  # a whole frame stamped ahead
-    assert post_frame(a, insider.frame(insider.cell_diff("late"), sent_at=int(time.time() * 1000) + 600_000)).status_code == 202
+    ahead = insider.frame(insider.cell_diff("late"), sent_at=int(time.time() * 1000) + 600_000)
+    assert post_frame(a, ahead).status_code == 202
     wait_drop(a, "future", before)
 
     stranger = Insider(team)  # holds the frame key, but its membership proof is not the team's
@@ -214,7 +218,5 @@ def test_outsider_can_neither_read_nor_inject_and_garbage_is_counted(nodes) -> N
 
 
 def decode_diffs(team: Team, frame: bytes):
-    from mesh.wire import decode_envelope
-
     _, _, plaintext = team.sealer().open(frame)
     return decode_envelope(plaintext).diffs

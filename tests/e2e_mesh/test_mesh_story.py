@@ -12,6 +12,7 @@ on other ports, and repair brings both decisions within 20 s.
 
 from __future__ import annotations
 
+import json
 import time
 
 from .cluster import Lab, McpClient, wait_beacons_known, wait_connected, wait_until
@@ -68,6 +69,9 @@ def test_a_decision_travels_to_the_interested_node_only_and_repair_fills_the_gap
     # Provenance survives in the stored copy too, over REST with content.
     cell = b.rest("GET", f"/v1/cells/{stored['node_id']}", keys["b"])
     assert cell["origin_node"] == a.node_id and cell["source_agent"] == agent_id["a"]
+    # And `hyphae inbox` shows it the same way.
+    (shown,) = json.loads(b.cli("inbox", "--json", key=keys["b"]))["diffs"]
+    assert shown["node_id"] == stored["node_id"] and shown["origin_node"] == a.node_id and shown["hops"] >= 1
 
     time.sleep(QUIET_WAIT)
     assert mcp["c"].call("inbox", {})["diffs"] == []
