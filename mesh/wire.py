@@ -138,6 +138,16 @@ def _vectors_equal(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and bool(np.array_equal(a, b))
 
 
+def _fields_equal(a: Any, b: object) -> bool:
+    """Dataclass equality that compares the ``embedding`` arrays by value."""
+    if type(b) is not type(a):
+        return NotImplemented
+    return all(
+        _vectors_equal(getattr(a, f), getattr(b, f)) if f == "embedding" else getattr(a, f) == getattr(b, f)
+        for f in a.__dataclass_fields__
+    )
+
+
 @dataclasses.dataclass(frozen=True, eq=False, slots=True)
 class CellPayload:
     """A cell as plain data plus its vector (float32, L2-normalised)."""
@@ -157,14 +167,7 @@ class CellPayload:
     embedding_space: str = ""
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, CellPayload):
-            return NotImplemented
-        return all(
-            _vectors_equal(getattr(self, f), getattr(other, f))
-            if f == "embedding"
-            else getattr(self, f) == getattr(other, f)
-            for f in self.__dataclass_fields__
-        )
+        return _fields_equal(self, other)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -196,14 +199,7 @@ class BeaconPayload:
     scope_projects: tuple[str, ...] = ()  # the owner's read scope; () reads every project
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BeaconPayload):
-            return NotImplemented
-        return all(
-            _vectors_equal(getattr(self, f), getattr(other, f))
-            if f == "embedding"
-            else getattr(self, f) == getattr(other, f)
-            for f in self.__dataclass_fields__
-        )
+        return _fields_equal(self, other)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
