@@ -406,7 +406,7 @@ class MeshEngine:
 
     def _on_ack(self, env: Envelope, peer: Peer) -> None:
         for batch_id in env.acks:
-            self.outbox.acked(peer.node_id, batch_id)
+            self.outbox.acked(peer.node_id, batch_id, self._now)
 
     def _accept_data(self, diff: Diff, env: Envelope, sender: Peer, relay: bool) -> None:
         if diff.kind not in DATA_KINDS:

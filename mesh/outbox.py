@@ -4,9 +4,15 @@ Each peer has a bounded queue ordered by energy, highest first. A flush takes th
 front of the queue into one DATA batch when the peer has a free in-flight slot and
 its pacing gap has passed, so a burst of stores becomes a few large batches instead
 of many small frames. A full queue drops its lowest-energy diff (repair recovers it
-later). A batch not acknowledged within ``ack_timeout_ms`` is put back in the queue,
-up to ``max_attempts`` sends per diff; then it is given up, and the peer is reported
-as failing.
+later). A batch not acknowledged in time is put back in the queue, up to
+``max_attempts`` sends per diff; then it is given up, and the peer is reported as
+failing.
+
+"In time" adapts to each peer as TCP's retransmission timer does (RFC 6298): a
+smoothed round trip plus four deviations, never below ``ack_timeout_ms``, doubled for
+each resend of the same diffs, and sampled only from batches sent once (Karn). A
+fixed timeout turns an overloaded peer's slow acks into retransmissions, which feed
+the overload.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import itertools
 
 from .wire import Diff
 
-__all__ = ["Outbox", "Batch"]
+__all__ = ["Outbox", "Batch", "MAX_ACK_TIMEOUT_MS"]
+
+MAX_ACK_TIMEOUT_MS = 30_000
 
 
 @dataclasses.dataclass(slots=True)
@@ -26,6 +34,7 @@ class Batch:
     peer_id: str
     items: list[tuple[float, int, Diff]]  # (energy, attempts, diff)
     deadline: int
+    sent_at: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -33,6 +42,13 @@ class _Lane:
     queue: list[tuple[float, int, int, Diff]] = dataclasses.field(default_factory=list)  # (-energy, order, attempts, diff)
     inflight: dict[int, Batch] = dataclasses.field(default_factory=dict)
     next_send_at: int = 0
+    srtt: float | None = None  # smoothed ack round trip, ms
+    rttvar: float = 0.0
+
+    def timeout(self, floor_ms: int) -> float:
+        if self.srtt is None:
+            return float(floor_ms)
+        return max(float(floor_ms), self.srtt + 4.0 * self.rttvar)
 
 
 class Outbox:
@@ -82,31 +98,36 @@ class Outbox:
         taken, lane.queue = lane.queue[:count], lane.queue[count:]
         if not lane.queue:
             self.ready.discard(peer_id)
-        batch = Batch(
-            next(self._batch_ids), peer_id, [(-neg, att + 1, d) for neg, _, att, d in taken], now + self.ack_timeout_ms
-        )
+        items = [(-neg, att + 1, d) for neg, _, att, d in taken]
+        backoff = 2 ** (max(att for _, att, _ in items) - 1)
+        timeout = min(lane.timeout(self.ack_timeout_ms) * backoff, MAX_ACK_TIMEOUT_MS)
+        batch = Batch(next(self._batch_ids), peer_id, items, now + int(timeout), sent_at=now)
         lane.inflight[batch.batch_id] = batch
         self._batches[batch.batch_id] = batch
         lane.next_send_at = now + self.pacing_ms
         return batch
 
-    def acked(self, peer_id: str, batch_id: int) -> bool:
+    def acked(self, peer_id: str, batch_id: int, now: int | None = None) -> bool:
         batch = self._batches.get(batch_id)
         if batch is None or batch.peer_id != peer_id:
             return False
         del self._batches[batch_id]
-        self._lanes[peer_id].inflight.pop(batch_id, None)
+        lane = self._lanes[peer_id]
+        lane.inflight.pop(batch_id, None)
+        if now is not None and all(attempts == 1 for _, attempts, _ in batch.items):
+            sample = float(max(0, now - batch.sent_at))
+            if lane.srtt is None:
+                lane.srtt, lane.rttvar = sample, sample / 2
+            else:
+                lane.rttvar = 0.75 * lane.rttvar + 0.25 * abs(lane.srtt - sample)
+                lane.srtt = 0.875 * lane.srtt + 0.125 * sample
         return True
 
     def expire(self, now: int) -> tuple[list[str], int]:
         """Requeue unacknowledged batches; returns (peers whose batches gave up, diffs given up)."""
         failing: list[str] = []
         gave_up = 0
-        expired = []
-        for batch in self._batches.values():  # insertion order is deadline order
-            if batch.deadline > now:
-                break
-            expired.append(batch)
+        expired = [batch for batch in self._batches.values() if batch.deadline <= now]
         for batch in expired:
             del self._batches[batch.batch_id]
             self._lanes[batch.peer_id].inflight.pop(batch.batch_id, None)
@@ -139,8 +160,7 @@ class Outbox:
 
     def next_deadline(self) -> int | None:
         """When the outbox next needs the engine: a pacing gap ends or an ack times out."""
-        first = next(iter(self._batches.values()), None)  # insertion order is deadline order
-        times = [first.deadline] if first is not None else []
+        times = [min(batch.deadline for batch in self._batches.values())] if self._batches else []
         for peer_id in self.ready:
             lane = self._lanes[peer_id]
             if lane.queue and len(lane.inflight) < self.max_inflight:

@@ -1,0 +1,67 @@
+"""The outbox's ack timer adapts to each peer (RFC 6298 style) and backs off on resends."""
+
+from __future__ import annotations
+
+from mesh.outbox import MAX_ACK_TIMEOUT_MS, Outbox
+from mesh.wire import TombstonePayload, sign_diff
+
+ORIGIN = "00" * 16
+
+
+def diff(seq: int):
+    payload = TombstonePayload(cell_id=f"cell-{seq}", tenant_id="t", forgotten_at=1)
+    return sign_diff(payload, origin=ORIGIN, seq=seq, ts=1, sign=lambda data: b"\0" * 64)
+
+
+def outbox(**overrides) -> Outbox:
+    options = dict(queue_limit=100, max_inflight=4, max_diffs=8, max_bytes=1 << 20, pacing_ms=0,
+                   ack_timeout_ms=1000, max_attempts=4)  # fmt: skip
+    options.update(overrides)
+    return Outbox(**options)
+
+
+def send_and_ack(box: Outbox, seq: int, sent_at: int, rtt: int) -> None:
+    box.enqueue("peer", diff(seq), 0.5)
+    batch = box.take("peer", sent_at)
+    assert box.acked("peer", batch.batch_id, sent_at + rtt)
+
+
+def test_a_fresh_peer_gets_the_configured_timeout():
+    box = outbox()
+    box.enqueue("peer", diff(1), 0.5)
+    assert box.take("peer", 10_000).deadline == 11_000
+
+
+def test_a_slow_peer_earns_a_longer_timeout_and_a_fast_one_keeps_the_floor():
+    slow, fast = outbox(), outbox()
+    for seq in range(1, 11):
+        send_and_ack(slow, seq, seq * 10_000, 3_000)
+        send_and_ack(fast, seq, seq * 10_000, 20)
+    slow.enqueue("peer", diff(99), 0.5)
+    fast.enqueue("peer", diff(99), 0.5)
+    assert slow.take("peer", 500_000).deadline - 500_000 >= 3_000  # acks take 3 s: do not resend at 1 s
+    assert fast.take("peer", 500_000).deadline - 500_000 == 1_000  # never below the configured floor
+
+
+def test_each_resend_doubles_the_wait_and_retransmissions_are_not_sampled():
+    box = outbox()
+    box.enqueue("peer", diff(1), 0.5)
+    first = box.take("peer", 0)
+    assert first.deadline == 1_000
+    box.expire(1_000)  # no ack: back in the queue
+    second = box.take("peer", 1_000)
+    assert second.deadline == 1_000 + 2_000
+    assert box.acked("peer", second.batch_id, 2_900)  # an ack of a resend says nothing about the RTT
+    box.enqueue("peer", diff(2), 0.5)
+    assert box.take("peer", 5_000).deadline == 6_000
+
+
+def test_the_wait_is_capped():
+    box = outbox(ack_timeout_ms=20_000, max_attempts=10)
+    box.enqueue("peer", diff(1), 0.5)
+    now = 0
+    for _ in range(5):
+        batch = box.take("peer", now)
+        now = batch.deadline
+        box.expire(now)
+    assert batch.deadline - batch.sent_at == MAX_ACK_TIMEOUT_MS
