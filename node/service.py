@@ -964,6 +964,7 @@ class MemoryService:
             "tenant_id": self.config.tenant_id,
             "cells": cells,
             "layers": self.layers.sizes(),
+            "index_backlog": self.layers.backlog(),  # committed rows HNSW has not taken yet
             "embedding_space": self.embedder.space,
             "write_batches": self.db.batches,
             "write_jobs": self.db.jobs,
