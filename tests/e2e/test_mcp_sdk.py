@@ -37,21 +37,8 @@ httpx2 = pytest.importorskip("httpx2")
 
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from tests.mcp_contract import ANNOTATIONS  # noqa: E402
 
-# DESIGN §7: (readOnlyHint, destructiveHint, idempotentHint); openWorldHint is false for all.
-ANNOTATIONS = {
-    "store": (False, False, False),
-    "recall": (True, False, True),
-    "query": (True, False, True),
-    "start_session": (False, False, False),
-    "end_session": (False, False, True),
-    "place_beacon": (False, False, False),
-    "list_beacons": (True, False, True),
-    "inbox": (True, False, True),
-    "get_scene": (True, False, True),
-    "list_scenes": (True, False, True),
-    "pull_inbox": (False, False, False),
-}
 # The 2.x client probes `server/discover` first and waits this long for an answer before it falls
 # back to `initialize`; a connect that took this long means the probe went unanswered.
 try:

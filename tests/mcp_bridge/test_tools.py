@@ -13,26 +13,14 @@ from hypothesis import strategies as st
 from mcp_bridge import schema, tools
 from mcp_bridge.jsonrpc import INVALID_PARAMS, JsonRpcError
 from node.energy import CELL_TYPES
+from tests.mcp_contract import ANNOTATIONS  # noqa: E402
 
 ROSTER = [
     "store", "recall", "query", "start_session", "end_session", "place_beacon",
     "list_beacons", "inbox", "get_scene", "list_scenes", "pull_inbox",
 ]
 
-# tool: (readOnlyHint, destructiveHint, idempotentHint)
-HINTS = {
-    "store": (False, False, False),
-    "recall": (True, False, True),
-    "query": (True, False, True),
-    "start_session": (False, False, False),
-    "end_session": (False, False, True),
-    "place_beacon": (False, False, False),
-    "list_beacons": (True, False, True),
-    "inbox": (True, False, True),
-    "get_scene": (True, False, True),
-    "list_scenes": (True, False, True),
-    "pull_inbox": (False, False, False),
-}
+HINTS = ANNOTATIONS
 
 # tool: (arguments, required)
 ARGUMENTS = {
