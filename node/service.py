@@ -915,6 +915,38 @@ class MemoryService:
 
         return await self.db.write(job)
 
+    async def import_cells(self, cells: list[v.Cell]) -> int:
+        """Store cells read from an export file (``node.transfer``) in one transaction, with
+        their provenance; returns how many were new. Known ids are skipped, so importing a
+        file twice stores nothing the second time. A tombstone (``forgotten_at`` set) is
+        recorded as one, with no content, vector or index entry. Nothing is gossiped."""
+
+        def job(tx: Transaction) -> int:
+            stored = 0
+            for cell in cells:
+                if tx.execute("SELECT 1 FROM cells WHERE node_id = ?", (cell.node_id,)).fetchone():
+                    continue
+                stored += 1
+                if cell.forgotten_at is None:
+                    self._ingest(tx, cell)
+                    continue
+                tx.execute(
+                    "INSERT INTO cells (node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, "
+                    "energy0, scene_id, session_id, project, source_ref, metadata, created_at, stored_at, layer, "
+                    "embedding, embedding_space, hops, signature, forgotten_at, forgotten_by) "
+                    "VALUES (?,?,?,?,'',?,?,?,?,?,?,?,?,?,?,?,x'',?,?,?,?,?)",
+                    (
+                        cell.node_id, cell.tenant_id, cell.source_agent, cell.origin_node, cell.cell_type,
+                        cell.salience, self.energy.initial(cell.salience, cell.cell_type), cell.scene_id,
+                        cell.session_id, cell.project, json.dumps(cell.source_ref) if cell.source_ref else None,
+                        json.dumps(cell.metadata, separators=(",", ":")), cell.created_at, self.clock(), cell.layer,
+                        cell.embedding_space, cell.hops, cell.signature, cell.forgotten_at, cell.source_agent,
+                    ),
+                )  # fmt: skip
+            return stored
+
+        return await self.db.write(job)
+
     async def apply_tombstone(self, node_id: str, origin_node: str, forgotten_at: int) -> bool:
         """A cell forgotten by its author elsewhere becomes a tombstone here too."""
 
