@@ -12,6 +12,7 @@ a stable ``code`` and on ``data.reason``::
     not_found          -32004   server error: no such id     404
     conflict           -32009   server error: wrong state    -
     unavailable        -32050   server error: try later      503
+    rate_limited       -32029   server error: slow down      429, Retry-After
     internal           -32603   internal error               500
 
 The server codes sit in the JSON-RPC range reserved for implementations
@@ -38,6 +39,7 @@ __all__ = [
     "CONFLICT",
     "TOO_LARGE",
     "UNAVAILABLE",
+    "RATE_LIMITED",
     "code_for_reason",
     "from_hyphae_error",
     "reason_error",
@@ -50,6 +52,7 @@ NOT_FOUND = -32004
 CONFLICT = -32009
 TOO_LARGE = -32013
 UNAVAILABLE = -32050
+RATE_LIMITED = -32029
 
 REASON_CODES: dict[str, int] = {
     "invalid_argument": INVALID_PARAMS,
@@ -59,6 +62,7 @@ REASON_CODES: dict[str, int] = {
     "not_found": NOT_FOUND,
     "conflict": CONFLICT,
     "unavailable": UNAVAILABLE,
+    "rate_limited": RATE_LIMITED,
     "internal": INTERNAL_ERROR,
 }
 

@@ -14,6 +14,8 @@ error response with ``id`` null, since the body has not been read yet):
     1 method is POST                                405, Allow: POST          -32600
     2 Origin, when present, is a loopback origin    403 (DNS-rebinding guard) -32003 forbidden
     3 x-hyphae-key present and authenticates        401                       -32001 unauthenticated
+      (the key's rate limit is exhausted: answered  429, Retry-After          -32029 rate_limited
+      after step 7 has read the id)
     4 MCP-Protocol-Version, when present, supported 400 (absent: accepted)    -32600
     5 Content-Type is application/json              415                       -32600
     6 body at most 1 MiB (Content-Length, then as   413, reading stops        -32600 reason too_large
@@ -145,11 +147,14 @@ def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable
             error = reason_error("unauthenticated", "missing x-hyphae-key header: send your Hyphae API key")
             await _send_error(send, 401, error)
             return
+        limited: HyphaeError | None = None
         try:
             principal = await authenticate(key)
         except HyphaeError as exc:
-            await _send_error(send, exc.http_status, from_hyphae_error(exc))
-            return
+            if exc.reason != "rate_limited":
+                await _send_error(send, exc.http_status, from_hyphae_error(exc))
+                return
+            limited = exc  # answered with the request's id once the body is read
         except Exception:
             logger.exception("authenticating an MCP request failed")
             await _send_error(send, 500, internal_error())
@@ -195,6 +200,13 @@ def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable
             return
 
         # 7. parse and answer
+        if limited is not None:
+            event = jsonrpc.parse(body)
+            request_id = event.id if isinstance(event, jsonrpc.RequestReceived) else None
+            retry_after = max(1, -(-int(limited.details.get("retry_after_ms", 1000)) // 1000))
+            response = jsonrpc.failure(request_id, from_hyphae_error(limited))
+            await _send_json(send, 429, jsonrpc.encode(response), ((b"retry-after", str(retry_after).encode()),))
+            return
         response = await dispatcher.handle(body, principal)
         if response is None:
             await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})

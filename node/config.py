@@ -18,6 +18,7 @@ from typing import Any
 
 from .energy import EnergyModel
 from .errors import ConfigError
+from .ratelimit import DEFAULT_BURST, DEFAULT_RATE
 
 __all__ = ["NodeConfig", "resolve_home", "load_config", "write_initial_config", "CONFIG_NAME"]
 
@@ -43,6 +44,8 @@ class NodeConfig:
     energy: EnergyModel = dataclasses.field(default_factory=EnergyModel)
     default_beacon_threshold: float = DEFAULT_BEACON_THRESHOLD
     group_commit_ms: float = 2.0
+    rate_limit: float = DEFAULT_RATE  # calls per second per API key; 0: no limit
+    rate_burst: int = DEFAULT_BURST
 
     @property
     def db_path(self) -> Path:
@@ -87,6 +90,9 @@ name = "{_toml_escape(socket.gethostname())}"
 [api]
 # REST, MCP over HTTP and the dashboard. Loopback only unless `hyphae up --allow-remote`.
 listen = "{DEFAULT_API}"
+# Calls per second per API key (a token bucket; 0 turns the limit off), and the burst.
+# rate_limit = {DEFAULT_RATE:g}
+# rate_burst = {DEFAULT_BURST}
 
 [mesh]
 listen = "{DEFAULT_MESH}"
@@ -131,7 +137,7 @@ def load_config(home: Path) -> NodeConfig:
     if unknown:
         raise ConfigError(f"{path}: unknown sections: {', '.join(unknown)}")
     node = _table(data, "node", {"tenant_id", "name"}, path)
-    api = _table(data, "api", {"listen"}, path)
+    api = _table(data, "api", {"listen", "rate_limit", "rate_burst"}, path)
     mesh = _table(data, "mesh", {"listen", "peers", "discovery"}, path)
     beacons = _table(data, "beacons", {"default_threshold"}, path)
     storage = _table(data, "storage", {"group_commit_ms"}, path)
@@ -147,6 +153,10 @@ def load_config(home: Path) -> NodeConfig:
     group_commit_ms = _number(storage, "group_commit_ms", 2.0, path, "storage")
     if not 0.0 <= group_commit_ms <= 100.0:
         raise ConfigError(f"{path}: [storage] group_commit_ms must be between 0 and 100")
+    rate_limit = _number(api, "rate_limit", DEFAULT_RATE, path, "api")
+    rate_burst = _number(api, "rate_burst", DEFAULT_BURST, path, "api")
+    if not 0 <= rate_limit < float("inf") or not 1 <= rate_burst < float("inf") or rate_burst != int(rate_burst):
+        raise ConfigError(f"{path}: [api] rate_limit must be >= 0 (0: no limit) and rate_burst a whole number >= 1")
     peers = mesh.get("peers", [])
     if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
         raise ConfigError(f"{path}: [mesh] peers must be a list of \"host:port\" strings")
@@ -165,6 +175,8 @@ def load_config(home: Path) -> NodeConfig:
         energy=energy,
         default_beacon_threshold=threshold,
         group_commit_ms=group_commit_ms,
+        rate_limit=rate_limit,
+        rate_burst=int(rate_burst),
     )
 
 

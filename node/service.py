@@ -37,6 +37,7 @@ from .embedding.worker import EmbeddingWorker
 from .errors import ConfigError, Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from .layers import LayerSet
 from .principals import Principal, hash_api_key, new_api_key
+from .ratelimit import RateLimiter
 from .scenes import consolidate, encode_cursor, decode_cursor, scene_row_to_dict, SCENE_COLUMNS
 
 __all__ = ["MemoryService", "MeshHooks", "Clock"]
@@ -106,6 +107,7 @@ class MemoryService:
         self.clock = clock
         self.beacons = BeaconBook(config.energy)
         self._embedding = EmbeddingWorker(embedder)
+        self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst)  # per agent, in authenticate
         self.mesh: MeshHooks | None = None  # set by the daemon when the node is in a team
         self.mesh_status: Callable[[], dict[str, Any]] | None = None
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -172,7 +174,11 @@ class MemoryService:
     # -- principals ---------------------------------------------------------------
 
     async def authenticate(self, api_key: str | None) -> Principal:
-        """Resolve an API key to its principal; revocation is seen on the next call."""
+        """Resolve an API key to its principal; revocation is seen on the next call.
+
+        Every surface authenticates each call here, so this is also where the per-key
+        rate limit is taken (:class:`~node.ratelimit.RateLimited` when it is exhausted).
+        """
         if not api_key:
             raise Unauthenticated("no API key given: set HYPHAE_API_KEY (stdio) or the x-hyphae-key header")
         row = self.db.query_one(
@@ -181,6 +187,7 @@ class MemoryService:
         )
         if row is None:
             raise Unauthenticated("the API key is not valid (unknown or revoked)")
+        self.rate_limiter.check(row[1], f"the API key of agent {row[2]!r}")
         return Principal(row[0], row[1], row[2], tuple(json.loads(row[3])))
 
     async def add_agent(self, name: str, projects: list[str] | None = None) -> tuple[Principal, str]:
