@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="a grid of runs over local processes")
     _add_common(sweep, grid=True)
     sweep.add_argument("--workers", type=int, default=2)
-    sweep.add_argument("--scheduler", help="dask scheduler address (not implemented yet)")
+    sweep.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on a Dask cluster (tcp://host:8786; pip install 'hyphae[dask]') instead of local processes")
     return parser
 
 

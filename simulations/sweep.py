@@ -1,10 +1,12 @@
-"""A grid of runs (nodes × loss × seed) fanned out over local processes.
+"""A grid of runs (nodes × loss × seed) fanned out over local processes or a Dask cluster.
 
 Each point is an independent :func:`runner.run`; results land in
 ``OUT/N{nodes}-loss{loss}-seed{seed}/`` and combined in ``OUT/sweep.json`` plus one
-plot per metric. Where runs execute is behind :class:`Executor` (anything with
-``submit(fn, *args) -> Future``): a ``ProcessPoolExecutor`` now, and the hook for a
-``dask.distributed.Client`` (``--scheduler ADDRESS``), whose ``submit`` has the same shape.
+plot per metric. Where runs execute is an *existing* engine, never our own job
+distribution: a ``concurrent.futures.ProcessPoolExecutor`` by default, or a
+``dask.distributed.Client`` connected to ``--scheduler ADDRESS`` (``pip install
+'hyphae[dask]'``). Workers only compute and return the result; this process writes
+every file, so a remote cluster needs no shared filesystem.
 """
 
 from __future__ import annotations
@@ -16,20 +18,16 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from .runner import RunConfig, run, write
+from .runner import RunConfig, RunResult, run, write
 
-__all__ = ["grid", "run_sweep", "executor_for", "SWEEP_METRICS"]
+__all__ = ["grid", "run_sweep", "run_point", "executor_for", "SWEEP_METRICS"]
 
 SWEEP_METRICS = (
     "delivery_ratio", "precision", "messages_per_store", "bytes_per_store", "latency_ms_p50", "latency_ms_p99",
     "duplicates_per_delivery", "max_node_load",
 )  # fmt: skip
-
-
-class Executor(Protocol):
-    def submit(self, fn: Any, /, *args: Any) -> cf.Future: ...
 
 
 def grid(args: argparse.Namespace) -> list[RunConfig]:
@@ -45,18 +43,33 @@ def point_dir(out: Path, cfg: RunConfig) -> Path:
     return out / f"N{cfg.nodes}-loss{cfg.loss:g}-seed{cfg.seed}"
 
 
-def _one(cfg: RunConfig, out: str) -> dict[str, Any]:
+def run_point(cfg: RunConfig) -> tuple[RunResult, float]:
+    """One grid point, on whichever worker runs it: the result and its wall time."""
     started = time.perf_counter()
     result = run(cfg)
-    write(result, Path(out))
-    return {"config": result.summary["config"], "summary": result.summary, "wall_s": time.perf_counter() - started}
+    return result, time.perf_counter() - started
 
 
-def executor_for(scheduler: str | None, workers: int) -> Executor:
+def executor_for(scheduler: str | None, workers: int) -> Any:
+    """A local process pool, or a Dask client for ``scheduler`` (``tcp://host:8786``)."""
     if scheduler:
-        # The hook: ``dask.distributed.Client(scheduler)`` satisfies Executor (submit -> future).
-        raise NotImplementedError("--scheduler (dask) is not implemented yet; run locally with --workers")
+        try:
+            from distributed import Client
+        except ImportError as exc:
+            raise ValueError("--scheduler needs Dask: pip install 'hyphae[dask]'") from exc
+        try:
+            return Client(scheduler, timeout="10s")
+        except OSError as exc:
+            raise ValueError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
     return cf.ProcessPoolExecutor(max_workers=max(1, workers))
+
+
+def _as_completed(executor: Any, futures: list[Any]) -> Any:
+    if isinstance(executor, cf.Executor):
+        return cf.as_completed(futures)
+    from distributed import as_completed
+
+    return as_completed(futures)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -66,11 +79,14 @@ def run_sweep(args: argparse.Namespace) -> int:
     executor = executor_for(args.scheduler, args.workers)
     points: list[dict[str, Any]] = []
     started = time.perf_counter()
-    with executor:  # type: ignore[attr-defined]
-        futures = {executor.submit(_one, cfg, str(point_dir(out, cfg))): cfg for cfg in configs}
+    with executor:
+        extra = {} if isinstance(executor, cf.Executor) else {"pure": False}
+        futures = {executor.submit(run_point, cfg, **extra): cfg for cfg in configs}
         _progress(0, len(configs), started)
-        for done, future in enumerate(cf.as_completed(futures), 1):
-            points.append(future.result())
+        for done, future in enumerate(_as_completed(executor, list(futures)), 1):
+            result, wall_s = future.result()
+            write(result, point_dir(out, futures[future]))
+            points.append({"config": result.summary["config"], "summary": result.summary, "wall_s": wall_s})
             _progress(done, len(configs), started)
     print(file=sys.stderr)
     points.sort(key=lambda p: (p["config"]["nodes"], p["config"]["loss"], p["config"]["seed"]))
