@@ -40,7 +40,8 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("--duplicate", type=float, default=0.0, help="frame duplication probability")
     p.add_argument("--latency", default="uniform:5:25", help="uniform:LO:HI | lognormal:MEDIAN:SIGMA | constant:MS")
     p.add_argument("--partition", help='e.g. "at=5000,heal=20000,split=0.5" (ms from the first store)')
-    p.add_argument("--churn", help='e.g. "rate=0.5,down_ms=10000" (crashes per node per minute; restart with data)')
+    p.add_argument("--churn", help='e.g. "rate=0.5,down_ms=10000,mode=rejoin" (departures per node per minute); '
+                   "mode rejoin (crash, restart with data), crash (for good) or leave (graceful, grace_ms=2000)")
     p.add_argument("--strategy", default=",".join(ALL_STRATEGIES), help="comma list of " + ",".join(ALL_STRATEGIES))
     p.add_argument("--dim", type=int, default=384, help="vector dimension (lower runs faster)")
     p.add_argument("--topics", type=int, default=50)

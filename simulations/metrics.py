@@ -75,10 +75,12 @@ def _r(x: float | None, nd: int = 6) -> float | None:
 
 def summarise(
     name: str, rec: Recorder, workload: Workload, origin_ms: int, end_ms: int, *, heal_ms: int | None = None,
-    skipped: frozenset[int] = frozenset(), curve_points: int = 60,
+    skipped: frozenset[int] = frozenset(), gone: dict[int, int] | None = None, curve_points: int = 60,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(summary, per-cell rows); ``origin_ms`` is the absolute time of store-phase 0; ``skipped``
-    cells (origin down at store time) are left out."""
+    cells (origin down at store time) are left out; ``gone`` (node -> store-phase ms it left the
+    mesh for good) removes departed nodes from the interested set of later cells."""
+    gone = gone or {}
     rows: list[dict[str, Any]] = []
     latencies: list[int] = []
     hops: list[int] = []
@@ -90,26 +92,27 @@ def summarise(
         i = cell.index
         got = rec.delivered[i]
         stored_at = origin_ms + cell.at_ms
-        reached = [node for node in cell.interested if node in got]
+        interested = [n for n in cell.interested if gone.get(n, cell.at_ms + 1) > cell.at_ms]
+        reached = [node for node in interested if node in got]
         lat = sorted(got[node][0] - stored_at for node in reached)
         cell_hops = [got[node][1] for node in reached]
         latencies += lat
         hops += cell_hops
         reach_times += [got[node][0] - origin_ms for node in reached]
         dups = sum(count - 1 for node, count in rec.arrivals[i].items() if count > 1)
-        total_interested += len(cell.interested)
+        total_interested += len(interested)
         total_reached += len(reached)
         total_deliveries += len(got)
         total_dups += dups
-        if heal_ms is not None and cell.at_ms < heal_ms and cell.interested:
-            whole = len(reached) == len(cell.interested)
+        if heal_ms is not None and cell.at_ms < heal_ms and interested:
+            whole = len(reached) == len(interested)
             whole_after_heal.append(max(0, max(got[n][0] for n in reached) - origin_ms - heal_ms) if whole else None)
         rows.append({
             "strategy": name, "cell": cell.cell_id, "origin": cell.origin, "topic": cell.topic,
             "salience": cell.salience, "cell_type": cell.cell_type, "e0": _r(workload.e0(cell)),
-            "stored_at_ms": cell.at_ms, "interested": len(cell.interested), "reached": len(reached),
+            "stored_at_ms": cell.at_ms, "interested": len(interested), "reached": len(reached),
             "deliveries": len(got),
-            "delivery_ratio": _r(len(reached) / len(cell.interested)) if cell.interested else None,
+            "delivery_ratio": _r(len(reached) / len(interested)) if interested else None,
             "precision": _r(len(reached) / len(got)) if got else None,
             "latency_ms_p50": percentile(lat, 50), "latency_ms_max": lat[-1] if lat else None,
             "hops_max": max(cell_hops) if cell_hops else None, "messages": rec.messages[i],

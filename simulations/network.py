@@ -25,7 +25,8 @@ from mesh.testing import PlainSealer, VirtualNetwork, fast_crypto
 from mesh.wire import BeaconPayload
 
 __all__ = [
-    "Latency", "PartitionSpec", "ChurnSpec", "Outage", "LinkModel", "SimNetwork", "parse_spec",
+    "Latency", "PartitionSpec", "ChurnSpec", "CHURN_MODES", "Outage", "LinkModel", "SimNetwork", "parse_spec",
+    "departures",
 ]  # fmt: skip
 
 
@@ -95,30 +96,62 @@ class PartitionSpec:
         return spec
 
 
+CHURN_MODES = ("rejoin", "crash", "leave")
+FOREVER = 2**62  # an outage that never ends
+
+
 @dataclasses.dataclass(frozen=True)
 class ChurnSpec:
-    """Crashes as a Poisson process: ``rate`` per node per minute, each down ``down_ms``, then a
-    restart with its data (same identity and diff log, a fresh engine) between ``start`` and ``stop``."""
+    """Node departures as a Poisson process: ``rate`` per node per minute between ``start`` and ``stop``.
+
+    ``mode`` says how a node goes and whether it comes back:
+
+    * ``rejoin`` (default): it crashes, and ``down_ms`` later restarts with its data (same
+      identity and diff log, a fresh engine), as many times as the process draws;
+    * ``crash``: it crashes once and never returns (queued and in-flight diffs are lost);
+    * ``leave``: it leaves gracefully once: its agents stop storing at once, the node keeps
+      running ``grace_ms`` to finish sending and acknowledging what it queued, then goes for good.
+
+    A node that has left or crashed for good is no longer a member: cells stored after it
+    went do not count it as interested.
+    """
 
     rate: float
     down_ms: int = 10_000
     start: int = 0
     stop: int | None = None  # default: the end of the store phase
+    mode: str = "rejoin"
+    grace_ms: int = 2_000
 
     @classmethod
     def parse(cls, text: str) -> "ChurnSpec":
         fields = parse_spec(text)
-        _take(fields, {"rate", "down_ms", "start", "stop"}, "churn")
+        _take(fields, {"rate", "down_ms", "start", "stop", "mode", "grace_ms"}, "churn")
         stop = fields.get("stop")
-        return cls(float(fields["rate"]), int(fields.get("down_ms", 10_000)), int(fields.get("start", 0)),
-                   None if stop is None else int(stop))  # fmt: skip
+        spec = cls(float(fields["rate"]), int(fields.get("down_ms", 10_000)), int(fields.get("start", 0)),
+                   None if stop is None else int(stop), fields.get("mode", "rejoin"),
+                   int(fields.get("grace_ms", 2_000)))  # fmt: skip
+        if spec.mode not in CHURN_MODES:
+            raise ValueError(f"churn mode must be one of {', '.join(CHURN_MODES)}, not {spec.mode!r}")
+        return spec
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outage:
+    """``node`` stops storing at ``down_at``, is off the network from ``down_at + grace`` until ``up_at``."""
+
     node: int
     down_at: int
-    up_at: int
+    up_at: int  # FOREVER: it never comes back
+    grace: int = 0  # graceful leave: still on the network this long after down_at
+
+    @property
+    def off_at(self) -> int:
+        return self.down_at + self.grace
+
+    @property
+    def permanent(self) -> bool:
+        return self.up_at >= FOREVER
 
 
 def churn_schedule(spec: ChurnSpec | None, nodes: int, stop_default: int, rng: random.Random) -> list[Outage]:
@@ -131,10 +164,19 @@ def churn_schedule(spec: ChurnSpec | None, nodes: int, stop_default: int, rng: r
     for node in range(nodes):
         t = spec.start + rng.expovariate(per_ms)
         while t < stop:
-            out.append(Outage(node, int(t), int(t) + spec.down_ms))
-            t += spec.down_ms + rng.expovariate(per_ms)
+            if spec.mode == "rejoin":
+                out.append(Outage(node, int(t), int(t) + spec.down_ms))
+                t += spec.down_ms + rng.expovariate(per_ms)
+                continue
+            out.append(Outage(node, int(t), FOREVER, spec.grace_ms if spec.mode == "leave" else 0))
+            break
     out.sort(key=lambda o: (o.down_at, o.node))
     return out
+
+
+def departures(outages: list[Outage]) -> dict[int, int]:
+    """Node -> store-phase ms from which it is no longer a member (left or crashed for good)."""
+    return {o.node: o.down_at for o in outages if o.permanent}
 
 
 class LinkModel:
@@ -158,9 +200,11 @@ class LinkModel:
         self.side = [0] * nodes
         for i in order[:cut]:
             self.side[i] = 1
-        self._down: dict[int, list[tuple[int, int]]] = {}
+        self._down: dict[int, list[tuple[int, int]]] = {}  # off the network
+        self._away: dict[int, list[tuple[int, int]]] = {}  # not storing
         for o in self.outages:
-            self._down.setdefault(o.node, []).append((o.down_at, o.up_at))
+            self._down.setdefault(o.node, []).append((o.off_at, o.up_at))
+            self._away.setdefault(o.node, []).append((o.down_at, o.up_at))
 
     def bind(self, origin_ms: int) -> None:
         self.origin_ms = origin_ms
@@ -173,8 +217,13 @@ class LinkModel:
         return not self.split_at(now) or self.side[a] == self.side[b]
 
     def is_up(self, node: int, now: int) -> bool:
+        """On the network at absolute time ``now``."""
         rel = now - self.origin_ms
         return not any(down <= rel < up for down, up in self._down.get(node, ()))
+
+    def stores_at(self, node: int, rel: int) -> bool:
+        """Do the node's agents store at store-phase time ``rel`` (not crashed, not leaving)?"""
+        return not any(down <= rel < up for down, up in self._away.get(node, ()))
 
     def transmit(self, rng: random.Random) -> list[int]:
         """Delays of the copies that arrive (empty: lost)."""
@@ -195,8 +244,8 @@ def index_of(addr: str) -> int:
 class SimNetwork(VirtualNetwork):
     """:class:`VirtualNetwork` whose links, outages and partitions follow a :class:`LinkModel`.
 
-    A down node gets no events (frames to it are cut, its timers lapse); at ``up_at`` it
-    restarts like a crashed daemon: a fresh engine over the same identity and diff log,
+    A down node gets no events (frames to it are cut, its timers lapse); at ``up_at`` (if
+    its outage ends) it restarts like a crashed daemon: a fresh engine over the same identity and diff log,
     ``Started``, its own beacons placed again, and its seed peers.
     """
 
@@ -240,8 +289,9 @@ class SimNetwork(VirtualNetwork):
     def schedule_outages(self) -> None:
         for o in self.model.outages:
             at = self.model.origin_ms
-            self.schedule(at + o.down_at, address(o.node), _Crash())
-            self.schedule(at + o.up_at, address(o.node), _Restart())
+            self.schedule(at + o.off_at, address(o.node), _Crash())
+            if not o.permanent:
+                self.schedule(at + o.up_at, address(o.node), _Restart())
 
     def inject(self, addr: str, event: Event) -> list:  # type: ignore[override]
         if isinstance(event, _Crash):

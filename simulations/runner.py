@@ -18,7 +18,7 @@ from typing import Any
 from node.energy import EnergyModel
 
 from .metrics import CELL_COLUMNS, summarise
-from .network import ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule
+from .network import ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule, departures
 from .strategies import STRATEGIES, Context
 from .workload import Workload, WorkloadSpec
 
@@ -100,7 +100,8 @@ def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
     churn = ChurnSpec.parse(cfg.churn) if cfg.churn else None
     outages = churn_schedule(churn, cfg.nodes, workload.store_phase_ms, random.Random(f"{cfg.seed}:churn"))
     probe = LinkModel(cfg.nodes, outages=outages)
-    skipped = frozenset(c.index for c in workload.cells if not probe.is_up(c.origin, c.at_ms))
+    skipped = frozenset(c.index for c in workload.cells if not probe.stores_at(c.origin, c.at_ms))
+    gone = departures(outages)
     strategies: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for name in cfg.strategies:
@@ -117,7 +118,7 @@ def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
         outcome = STRATEGIES[name]().run(ctx)
         summary, cell_rows = summarise(
             name, outcome.recorder, workload, outcome.origin_ms, outcome.end_ms,
-            heal_ms=partition.heal if partition else None, skipped=skipped,
+            heal_ms=partition.heal if partition else None, skipped=skipped, gone=gone,
         )  # fmt: skip
         summary.update(outcome.extras)
         strategies[name] = summary
@@ -128,6 +129,7 @@ def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
     config = cfg.as_dict()
     config["outages"] = len(outages)
     config["skipped_stores"] = len(skipped)
+    config["departed_nodes"] = len(gone)
     return RunResult({"strategies": strategies, "config": config}, rows, wall)
 
 

@@ -152,3 +152,41 @@ def test_ground_truth_uses_the_energy_rule():
                 want.add(b.node)
         assert want <= cell.interested  # float32 boundary cases may add, never lose
         assert np.isclose(np.linalg.norm(cell.vector), 1.0, atol=1e-5)
+
+
+def test_churn_modes_schedule_departures():
+    from simulations.network import FOREVER, ChurnSpec, churn_schedule
+    import random
+
+    def schedule(mode):
+        return churn_schedule(ChurnSpec.parse(f"rate=6,down_ms=500,mode={mode},grace_ms=700"), 50, 60_000,
+                              random.Random(1))  # fmt: skip
+
+    rejoin, crash, leave = schedule("rejoin"), schedule("crash"), schedule("leave")
+    assert all(o.up_at == o.down_at + 500 and o.grace == 0 for o in rejoin)
+    assert len({o.node for o in rejoin}) < len(rejoin)  # rejoining nodes can go again
+    for outages, grace in ((crash, 0), (leave, 700)):
+        assert len({o.node for o in outages}) == len(outages)  # once, for good
+        assert all(o.up_at == FOREVER and o.permanent and o.off_at == o.down_at + grace for o in outages)
+    assert [(o.node, o.down_at) for o in crash] == [(o.node, o.down_at) for o in leave]
+    with pytest.raises(ValueError, match="mode"):
+        ChurnSpec.parse("rate=1,mode=vanish")
+
+
+def test_graceful_leave_finishes_its_sends_where_a_crash_loses_them():
+    """Same departures, 30 % loss: a leaving node retransmits until acked; a crashed one cannot."""
+    def hyphae(mode: str, loss: float) -> dict:
+        cfg = RunConfig(nodes=8, stores=30, seed=4, churn=f"rate=3,down_ms=2000,mode={mode}", loss=loss,
+                        strategies=("hyphae",), dim=16, topics=2, beacons_per_node=1, store_interval_ms=300,
+                        drain_ms=60_000)  # fmt: skip
+        return run(cfg).summary
+
+    crash, leave = hyphae("crash", 0.3), hyphae("leave", 0.3)
+    for s in (crash, leave):
+        assert s["config"]["departed_nodes"] == s["config"]["outages"] == 4
+        assert s["strategies"]["hyphae"]["restarts"] == 0
+        assert s["config"]["skipped_stores"] == 8  # stores a departed node's agents would have made
+    assert leave["strategies"]["hyphae"]["delivery_ratio"] == 1.0
+    assert crash["strategies"]["hyphae"]["delivery_ratio"] < 0.95
+    # departed nodes leave the interested set of later cells: without loss, everyone left is reached
+    assert hyphae("crash", 0.0)["strategies"]["hyphae"]["delivery_ratio"] == 1.0
