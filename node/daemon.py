@@ -75,13 +75,23 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _build_app(service: MemoryService, admin_token: str):
+def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | None = None):
+    """The API port's app; ``closing`` ends the dashboard's event streams at shutdown."""
     from mcp_bridge import Dispatcher, make_mcp_app
 
-    dispatcher = Dispatcher(service, server_version=_version())
+    from .api.dashboard import EVENTS_PATH, events_app, static_apps
+    from .metrics import InstrumentedTools, metrics_app
+
+    dispatcher = Dispatcher(InstrumentedTools(service, service.metrics), server_version=_version())
     rest = RestApi(service, admin_token)
     mcp_app = make_mcp_app(dispatcher, service.authenticate)
-    return drain_unread_bodies(make_api_app(rest, {"/mcp": mcp_app}))
+    mounts = {
+        "/mcp": mcp_app,
+        "/metrics": metrics_app(service.metrics),
+        EVENTS_PATH: events_app(service, closing if closing is not None else trio.Event()),
+        **static_apps(),
+    }
+    return drain_unread_bodies(make_api_app(rest, mounts))
 
 
 DRAIN_LIMIT = 16 * 1024 * 1024
@@ -173,8 +183,8 @@ async def run_daemon(
                 "node_id": service.node_id,
                 "version": _version(),
             }
-            app = _build_app(service, admin_token)
             shutdown = trio.Event()
+            app = _build_app(service, admin_token, shutdown)
             served = trio.Event()
 
             async def run_server(task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -10,6 +10,7 @@ cell/diff-log pair and not the other.
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Any
 
@@ -55,6 +56,7 @@ class MeshLink:
         self.remote_beacons: dict[str, ev.ApplyRemoteBeacon] = {}
         self.peer_states: dict[str, str] = {}
         self.cells_received = 0
+        self.cells_received_from: collections.Counter[str] = collections.Counter()  # by origin node
 
     # -- outbound (MeshHooks) --------------------------------------------------------
 
@@ -102,6 +104,7 @@ class MeshLink:
         )  # fmt: skip
         if await self.service.ingest_remote(cell, re_embed=not same_space):
             self.cells_received += 1
+            self.cells_received_from[origin_node] += 1
 
     # -- start-up ----------------------------------------------------------------------
 
@@ -132,4 +135,5 @@ class MeshLink:
         return {
             "remote_beacons": len(self.remote_beacons),
             "cells_received": self.cells_received,
+            "cells_received_from": dict(self.cells_received_from),
         }

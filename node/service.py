@@ -36,6 +36,7 @@ from .embedding import Embedder, load_embedder
 from .embedding.worker import EmbeddingWorker
 from .errors import ConfigError, Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from .layers import LayerSet
+from .metrics import NodeMetrics, observed
 from .principals import Principal, hash_api_key, new_api_key
 from .ratelimit import RateLimiter
 from .scenes import consolidate, encode_cursor, decode_cursor, scene_row_to_dict, SCENE_COLUMNS
@@ -110,6 +111,8 @@ class MemoryService:
         self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst)  # per agent, in authenticate
         self.mesh: MeshHooks | None = None  # set by the daemon when the node is in a team
         self.mesh_status: Callable[[], dict[str, Any]] | None = None
+        self.metrics = NodeMetrics()  # a registry per service: several in one process never collide
+        self.metrics.watch(self)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         # Open sessions by agent: sessions are local, so this mirror of the table is exact.
         self._open_sessions: dict[str, tuple[str, str, str]] = {}
@@ -261,6 +264,7 @@ class MemoryService:
 
     # -- store / ingest -----------------------------------------------------------
 
+    @observed("store")
     async def store(
         self,
         principal: Principal,
@@ -422,18 +426,21 @@ class MemoryService:
 
     # -- recall / query / search --------------------------------------------------
 
+    @observed("recall")
     async def recall(self, principal: Principal, *, query: Any = None, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
         """The k nearest cells to a query at L0: ``{results: [{node_id, distance}]}``."""
         hits = await self._nearest(principal, query, "L0", k, cell_types, project)
         self._reinforce([rowid for rowid, _ in hits[: self.energy.promote_recall_rank]])
         return {"results": [{"node_id": self.layers.catalog.node_id(r), "distance": d} for r, d in hits]}
 
+    @observed("query")
     async def query(self, principal: Principal, *, query: Any = None, layer: Any = None, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
         """Like recall, against an explicit layer (L0, L1 or L2)."""
         layer = v.check_layer(layer)
         hits = await self._nearest(principal, query, layer, k, cell_types, project)
         return {"results": [{"node_id": self.layers.catalog.node_id(r), "distance": d} for r, d in hits]}
 
+    @observed("search")
     async def search(self, principal: Principal, *, query: Any = None, layer: Any = "L0", k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
         """Recall with content: full cells with their distances (REST and CLI)."""
         layer = v.check_layer(layer)
@@ -995,6 +1002,10 @@ class MemoryService:
         await self.db.write(job)
 
     # -- node ---------------------------------------------------------------------
+
+    def queue_depths(self) -> dict[str, int]:
+        """Work accepted and not yet done: committed rows the indexes lack, embedding requests waiting."""
+        return {"index_backlog": self.layers.backlog(), "embed_queue": self._embedding._queue.qsize()}
 
     async def stats(self) -> dict[str, Any]:
         (cells,) = self.db.query_one("SELECT COUNT(*) FROM cells WHERE forgotten_at IS NULL")

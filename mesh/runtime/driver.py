@@ -90,6 +90,9 @@ class MeshRuntime:
         self.sink = sink
         self.clock = clock or wall_clock_ms
         self.counters: collections.Counter[str] = collections.Counter()
+        # Data frames (batches of cells and tombstones) queued per address: the dashboard's
+        # view of where gossip flows. Bounded, because discovery can propose any address.
+        self.data_frames_sent: collections.Counter[str] = collections.Counter()
         self._peer_queue_limit = peer_queue_limit
         self._per_peer_concurrency = per_peer_concurrency
         self._lane_idle_timeout = lane_idle_timeout
@@ -140,6 +143,7 @@ class MeshRuntime:
                 address: {"queued": lane.queued, "dropped": lane.dropped} for address, lane in self._lanes.items()
             },
             "timers": dict(self._timers),
+            "data_frames_sent": dict(self.data_frames_sent),
             **self.counters,
         }
         return status
@@ -218,6 +222,8 @@ class MeshRuntime:
             self.counters["frames_dropped_queue_full"] += 1
             return
         lane.queued += 1
+        if effect.data_bytes and (effect.address in self.data_frames_sent or len(self.data_frames_sent) < 1024):
+            self.data_frames_sent[effect.address] += 1
 
     async def _lane_worker(self, lane: _Lane) -> None:
         async with trio.open_nursery() as sends:
