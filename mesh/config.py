@@ -54,8 +54,16 @@ class MeshConfig:
     repair_interval_ms: int = 30_000
     repair_scan_limit: int = 4096  # log entries a responder scans per request
     repair_timeout_ms: int = 5000
-    repair_grace_ms: int = 60_000  # cells this much older than a beacon still count
-    # admission
+    # Cells this much older than a beacon still count. The two stamps come from two clocks
+    # (the cell's origin, the beacon's owner), so the grace covers twice the clock skew too.
+    repair_grace_ms: int = 60_000 + 2 * 600_000
+    repair_min_interval_ms: int = 5_000  # reconnect-triggered repair requests to one peer, at most this often
+    # admission. Members' clocks may differ by up to ``max_clock_skew_ms`` (issue 7: +-5 min
+    # must work): diff timestamps and a sender's first frame are judged against it. After
+    # that, each sender's clock offset is estimated from its frames, and its frames are
+    # judged against its own clock: at most ``max_future_skew_ms`` ahead of it, at most
+    # ``frame_max_age_ms`` behind it (the replay window; nonces are kept that long).
+    max_clock_skew_ms: int = 600_000
     max_future_skew_ms: int = 60_000
     frame_max_age_ms: int = 120_000  # replay window for sealed frames
     limits: WireLimits = dataclasses.field(default_factory=WireLimits)

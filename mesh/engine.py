@@ -135,8 +135,10 @@ class MeshEngine:
         self._repair_due: dict[str, int] = {}  # peer -> retry time after a not-ready reply
         self._recent: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=MAX_HAVES)
         self._asked_at: dict[str, int] = {}  # peer -> when our last answered repair request went out
+        self._repair_started: dict[str, int] = {}  # peer -> when our last repair request to it went out
         self._nonces: dict[bytes, int] = {}
         self._nonce_order: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._clock_offsets: dict[str, int] = {}  # sender -> its clock minus ours (ms), estimated
         self._timers: dict[str, int] = {}
         self._next_repair_at: int | None = None  # set by Started
         self._armed: dict[str, int] = {}
@@ -341,7 +343,7 @@ class MeshEngine:
         except MeshError as exc:
             self._drop(exc.reason)
             return
-        if sender_id == self.node_id or not self._fresh(env, nonce):
+        if sender_id == self.node_id or not self._fresh(env, nonce, sender_id):
             return
         entry = env.keys.get(sender_id)
         if self.keyring.get(sender_id) is None and (entry is None or not self.keyring.learn(sender_id, *entry)):
@@ -350,19 +352,37 @@ class MeshEngine:
         peer = self._heard(sender_id, env.sender_address or event.address, event.address)
         self._receivers[env.type](env, peer)
 
-    def _fresh(self, env: Envelope, nonce: bytes) -> bool:
-        """Reject frames from the future, frames too old, and frames seen before."""
-        now = self._now
-        if env.sent_at > now + self.config.max_future_skew_ms:
-            self._drop(Reason.FUTURE)
-            return False
-        if env.sent_at < now - self.config.frame_max_age_ms or nonce in self._nonces:
+    def _fresh(self, env: Envelope, nonce: bytes, sender_id: str) -> bool:
+        """Reject frames from the future, frames too old, and frames seen before.
+
+        ``sample`` is the sender's clock minus ours, less the transit time. A sender's first
+        frame (or one whose clock jumped ahead) is judged against ``max_clock_skew_ms``; then
+        its offset is tracked (the highest sample, followed slowly downward), and a frame older
+        than ``frame_max_age_ms`` *by the sender's clock* is a replay. So a node 5 minutes
+        behind is no replayer, and nonces need keeping for the replay window only.
+        """
+        cfg, now = self.config, self._now
+        sample = env.sent_at - now
+        offset = self._clock_offsets.get(sender_id)
+        if offset is None or sample > offset + cfg.max_future_skew_ms:
+            if sample > cfg.max_clock_skew_ms:
+                self._drop(Reason.FUTURE)
+                return False
+            if sample < -cfg.max_clock_skew_ms - cfg.frame_max_age_ms:
+                self._drop(Reason.REPLAY)
+                return False
+            offset = sample
+        elif sample < offset - cfg.frame_max_age_ms:
             self._drop(Reason.REPLAY)
             return False
+        if nonce in self._nonces:
+            self._drop(Reason.REPLAY)
+            return False
+        self._clock_offsets[sender_id] = sample if sample > offset else offset + (sample - offset) // 64
         order = self._nonce_order
         while order and order[0][0] < now:
             del self._nonces[order.popleft()[1]]
-        expires = env.sent_at + self.config.frame_max_age_ms + self.config.max_future_skew_ms
+        expires = now + cfg.frame_max_age_ms + cfg.max_future_skew_ms
         self._nonces[nonce] = expires
         order.append((max(expires, order[-1][0] if order else expires), nonce))
         return True
@@ -379,7 +399,7 @@ class MeshEngine:
 
     def _admit(self, diff: Diff, env: Envelope) -> bool:
         """Timestamp, membership and signature of one diff."""
-        if diff.ts > self._now + self.config.max_future_skew_ms:
+        if diff.ts > self._now + self.config.max_clock_skew_ms:
             self._drop(Reason.FUTURE)
             return False
         key = self.keyring.get(diff.origin)
@@ -503,8 +523,19 @@ class MeshEngine:
         if new is PeerState.DEAD:
             self._drop(Reason.PEER_DEAD, self.outbox.drop_peer(peer.node_id))
             self.repair.forget(peer.node_id)
+            self._clock_offsets.pop(peer.node_id, None)  # re-estimated from its next frame
         elif new is PeerState.ALIVE and before is not PeerState.ALIVE:
-            self._request_repair(peer)  # reconnected: catch up on what we missed
+            self._repair_on_reconnect(peer)
+
+    def _repair_on_reconnect(self, peer: Peer) -> None:
+        """Catch up on what we missed, at most once per ``repair_min_interval_ms`` per peer:
+        a peer that flaps between suspect and alive under load must not cost a log scan each time."""
+        last = self._repair_started.get(peer.node_id)
+        due = self._now if last is None else last + self.config.repair_min_interval_ms
+        if due <= self._now:
+            self._request_repair(peer)
+        else:
+            self._repair_due[peer.node_id] = min(self._repair_due.get(peer.node_id, due), due)
 
     def _liveness_round(self) -> None:
         """Time out pings and suspicion; probe the few peers silent the longest (SWIM-like)."""
@@ -550,6 +581,7 @@ class MeshEngine:
         if started is None:
             return
         request_id, since = started
+        self._repair_started[peer.node_id] = self._now
         self.counters.repairs_requested += 1
         self._send(
             peer.address, MsgType.REPAIR_REQUEST, request_id=request_id, since=since,

@@ -187,12 +187,12 @@ def test_outsider_can_neither_read_nor_inject_and_garbage_is_counted(nodes) -> N
     assert post_frame(a, insider.frame(forged)).status_code == 202
     wait_drop(a, "bad_signature", before)
 
-    future = insider.cell_diff("insider fact from the future", ts=int(time.time() * 1000) + 10 * 60_000)
+    future = insider.cell_diff("insider fact from the future", ts=int(time.time() * 1000) + 20 * 60_000)
     before = drops(a)
     assert post_frame(a, insider.frame(future)).status_code == 202
     wait_drop(a, "future", before)
     before = drops(a)  # a whole frame stamped ahead
-    ahead = insider.frame(insider.cell_diff("late"), sent_at=int(time.time() * 1000) + 600_000)
+    ahead = insider.frame(insider.cell_diff("late"), sent_at=int(time.time() * 1000) + 20 * 60_000)
     assert post_frame(a, ahead).status_code == 202
     wait_drop(a, "future", before)
 
