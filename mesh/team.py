@@ -9,6 +9,14 @@ A team is an id and a 32-byte secret key, shared through a join token
   outsiders can neither read nor inject mesh traffic;
 * the zeroconf TXT record carries only :attr:`Team.id_hash`, never the key.
 
+Rotation (``hyphae team rotate [--remove NODE_ID ...]``): :meth:`Team.rotated` keeps the
+team id (the tenant, so memories stay where they are) and draws a fresh key. A node
+that keeps the old key opens no frame sealed under the new one and shows no valid
+proof, so it can neither read nor inject. The ids named with ``--remove`` also travel in
+the new join token (``[team_id, team_key, [removed ids]]``; the two-element form stays
+valid) and are refused as members even with a valid proof, so a removed node stays out
+if the new token leaks to it.
+
 A sealed frame is ``version(1) || sender node id(16) || nonce(12) || ciphertext+tag``.
 The header is the AEAD's associated data, so the sender id cannot be swapped.
 """
@@ -30,6 +38,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .errors import JoinTokenError, Reason, SealError
+from .identity import node_id_for
 
 __all__ = ["Team", "FrameSealer", "TOKEN_PREFIX", "FRAME_VERSION", "FRAME_OVERHEAD"]
 
@@ -49,21 +58,33 @@ class Team:
 
     team_id: str
     team_key: bytes = dataclasses.field(repr=False)
+    removed: frozenset[str] = frozenset()  # node ids refused as members (``team rotate --remove``)
 
     def __post_init__(self) -> None:
         if not self.team_id or len(self.team_id) > 128:
             raise ValueError("team_id must be 1 to 128 characters")
         if len(self.team_key) != 32:
             raise ValueError(f"team_key must be 32 bytes, not {len(self.team_key)}")
+        object.__setattr__(self, "removed", frozenset(self.removed))
+        for node_id in self.removed:
+            if not _is_node_id(node_id):
+                raise ValueError(f"a removed node id must be 32 hex digits, not {node_id!r}")
 
     @classmethod
     def create(cls) -> "Team":
         return cls(team_id=secrets.token_hex(8), team_key=secrets.token_bytes(32))
 
+    def rotated(self, remove: frozenset[str] | set[str] | tuple[str, ...] = ()) -> "Team":
+        """The same team under a fresh key, with ``remove`` added to the removed nodes."""
+        return Team(self.team_id, secrets.token_bytes(32), self.removed | frozenset(remove))
+
     # -- join tokens ---------------------------------------------------------
 
     def join_token(self) -> str:
-        packed = msgpack.packb([self.team_id, self.team_key], use_bin_type=True)
+        fields: list = [self.team_id, self.team_key]
+        if self.removed:
+            fields.append([bytes.fromhex(node_id) for node_id in sorted(self.removed)])
+        packed = msgpack.packb(fields, use_bin_type=True)
         return TOKEN_PREFIX + base64.urlsafe_b64encode(packed).rstrip(b"=").decode("ascii")
 
     @classmethod
@@ -82,13 +103,17 @@ class Team:
         except (binascii.Error, ValueError):
             raise JoinTokenError(Reason.TOKEN_ENCODING, "join token is damaged: not valid base64url") from None
         try:
-            team_id, team_key = msgpack.unpackb(raw, raw=False)
+            team_id, team_key, *rest = msgpack.unpackb(raw, raw=False)
         except Exception:
             raise JoinTokenError(Reason.TOKEN_FORMAT, "join token is damaged: unreadable contents") from None
-        if not isinstance(team_id, str) or not isinstance(team_key, bytes):
+        removed = rest[0] if len(rest) == 1 else []
+        if (
+            not isinstance(team_id, str) or not isinstance(team_key, bytes) or len(rest) > 1
+            or not isinstance(removed, list) or not all(isinstance(r, bytes) and len(r) == 16 for r in removed)
+        ):  # fmt: skip
             raise JoinTokenError(Reason.TOKEN_FORMAT, "join token is damaged: wrong field types")
         try:
-            return cls(team_id, team_key)
+            return cls(team_id, team_key, frozenset(r.hex() for r in removed))
         except ValueError as exc:
             raise JoinTokenError(Reason.TOKEN_FORMAT, f"join token is damaged: {exc}") from None
 
@@ -103,6 +128,8 @@ class Team:
         return hmac.new(self.team_key, _MEMBER_LABEL + public_key, hashlib.sha256).digest()
 
     def is_member(self, public_key: bytes, proof: bytes) -> bool:
+        if self.removed and node_id_for(public_key) in self.removed:
+            return False
         return hmac.compare_digest(self.membership_proof(public_key), proof)
 
     def frame_key(self) -> bytes:
@@ -112,6 +139,10 @@ class Team:
 
     def sealer(self) -> "FrameSealer":
         return FrameSealer(self.frame_key())
+
+
+def _is_node_id(text: object) -> bool:
+    return isinstance(text, str) and len(text) == 2 * _NODE_ID_BYTES and all(c in "0123456789abcdef" for c in text)
 
 
 class FrameSealer:

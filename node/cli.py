@@ -296,13 +296,48 @@ def _adopt(args: argparse.Namespace, team, verb: str) -> int:
         raise CliError(f"this node is already in team {current.team_id}; use a fresh data dir for another team")
     from .config import load_config
 
-    load_config(args.home)  # a clear error if there is no data dir
+    config = load_config(args.home)  # a clear error if there is no data dir
+    from mesh.identity import NodeIdentity
+
+    if NodeIdentity.load(config.key_path).node_id in team.removed:
+        raise CliError(f"this node was removed from team {team.team_id}: its token does not let it back in")
     adopt_team(args.home, team)
     if args.json:
         emit_json({"team_id": team.team_id, "join_token": team.join_token()})
         return EXIT_OK
     print(f"{verb} team {team.team_id}. Teammates join with the token below (keep it secret:", file=sys.stderr)
     print("it is the team key). Then run `hyphae up`: nodes on your LAN find each other.", file=sys.stderr)
+    print(team.join_token())
+    return EXIT_OK
+
+
+def cmd_team_rotate(args: argparse.Namespace) -> int:
+    """A fresh team key; the nodes named with --remove are shut out for good."""
+    import re
+
+    from mesh.identity import NodeIdentity
+
+    from .client import running_daemon
+    from .config import load_config
+    from .teams import rotate_team
+
+    config = load_config(args.home)
+    remove = sorted({node_id.strip().lower() for node_id in args.remove})
+    bad = [node_id for node_id in remove if not re.fullmatch(r"[0-9a-f]{32}", node_id)]
+    if bad:
+        raise CliError(f"not a node id (32 hex digits, as `hyphae peers` shows): {bad[0]!r}", EXIT_USAGE)
+    if NodeIdentity.load(config.key_path).node_id in remove:
+        raise CliError("a node cannot remove itself: rotate from a node that stays in the team", EXIT_USAGE)
+    if running_daemon(args.home) is not None:
+        raise CliError("stop the running node first (`hyphae up` in its terminal: Ctrl-C); it holds the old key")
+    team = rotate_team(args.home, remove)
+    if args.json:
+        emit_json({"team_id": team.team_id, "removed": sorted(team.removed), "join_token": team.join_token()})
+        return EXIT_OK
+    gone = f"; removed {len(remove)} node(s), refused from now on" if remove else ""
+    print(f"Team {team.team_id} has a new key{gone}. Every member that stays: stop its node,", file=sys.stderr)
+    print("`hyphae team join` the token below, start it again. A node with the old key can no longer", file=sys.stderr)
+    print("read or send team traffic. Keep the token secret: it is the team key.", file=sys.stderr)
     print(team.join_token())
     return EXIT_OK
 
@@ -501,6 +536,10 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("token")
     show = command("show", cmd_team_show, "this node's team", team_commands)
     show.add_argument("--token", action="store_true", help="also print the join token (it holds the team key)")
+    rotate = command("rotate", cmd_team_rotate, "give the team a new key (members re-join with the token on the last line)",
+                     team_commands)  # fmt: skip
+    rotate.add_argument("--remove", action="append", default=[], metavar="NODE_ID",
+                        help="shut a node out of the team (repeatable; ids from `hyphae peers`)")  # fmt: skip
     command("peers", cmd_peers, "the mesh: peers, their state, queues and drops")
 
     command("mcp", cmd_mcp, "serve MCP over stdio for an agent (starts the daemon if needed)")
