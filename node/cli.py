@@ -1,9 +1,11 @@
 """``hyphae``: the command line.
 
 Commands that read or write memories act as the agent whose key is in
-``HYPHAE_API_KEY``. Every read command takes ``--json`` for scripts. Exit codes:
-0 done, 1 the operation failed, 2 bad usage, 3 no usable data dir or config,
-4 not authenticated.
+``HYPHAE_API_KEY``. While a daemon runs for the data dir, every command goes through it
+(never around it to the database); the few that need the data dir to themselves
+(export, import, reindex) say so and stop. Every read command takes ``--json``. Exit
+codes: 0 done, 1 the operation failed, 2 bad usage, 3 no usable data dir or config,
+4 not authenticated. Colours and progress bars only on a terminal (``NO_COLOR`` honoured).
 """
 
 from __future__ import annotations
@@ -383,6 +385,176 @@ def cmd_peers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_beacon_add(args: argparse.Namespace) -> int:
+    fields = {
+        "query": args.query,
+        "threshold": args.threshold,
+        "cell_types": args.type,
+        "project": args.project,
+        "min_salience": args.min_salience,
+        "ttl_seconds": args.ttl,
+    }
+    result = act(args, "place_beacon", **{k: v for k, v in fields.items() if v is not None})
+    if args.json:
+        emit_json(result)
+    else:
+        print(result["beacon_id"])
+    return EXIT_OK
+
+
+def cmd_beacon_list(args: argparse.Namespace) -> int:
+    result = act(args, "list_beacons")
+    if args.json:
+        emit_json(result)
+        return EXIT_OK
+    if not result["beacons"]:
+        print('No beacons: `hyphae beacon add "what you want to hear about"`.')
+    for beacon in result["beacons"]:
+        types = ",".join(beacon.get("cell_types") or []) or "any type"
+        print(f"{beacon['beacon_id']}  τ={beacon['threshold']:.2f}  {types:<16} {_short(beacon['query'], 70)}")
+    return EXIT_OK
+
+
+def cmd_beacon_remove(args: argparse.Namespace) -> int:
+    result = act(args, "remove_beacon", beacon_id=args.beacon_id)
+    if args.json:
+        emit_json(result)
+    else:
+        print(f"Removed beacon {result['beacon_id']}.")
+    return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import FAIL, run_doctor
+    from .term import paint
+
+    checks = run_doctor(args.home)
+    failed = any(check.status == FAIL for check in checks)
+    if args.json:
+        emit_json({"ok": not failed, "checks": [check.to_dict() for check in checks]})
+        return EXIT_FAILED if failed else EXIT_OK
+    colours = {"ok": "green", "warn": "yellow", "fail": "red"}
+    for check in checks:
+        status = paint(f"{check.status:<4}", colours[check.status], sys.stdout)
+        print(f"{status}  {check.name:<13} {check.message}")
+        if check.fix:
+            print(f"      {'':<13} fix: {check.fix}")
+    warned = sum(check.status == "warn" for check in checks)
+    failures = sum(check.status == FAIL for check in checks)
+    print(f"{len(checks)} checks: {failures} failed, {warned} warnings." if failures or warned else f"{len(checks)} checks: all ok.")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _alone(args: argparse.Namespace, what: str) -> None:
+    """Commands that need the data dir to themselves refuse while a daemon runs."""
+    from .client import running_daemon
+
+    info = running_daemon(args.home)
+    if info is not None:
+        raise CliError(
+            f"a node is running for {args.home} ({info['api_url']}, pid {info['pid']}); {what} needs the data dir "
+            "to itself: stop the node (Ctrl-C where `hyphae up` runs) and run this again"
+        )
+
+
+def _bar(args: argparse.Namespace, label: str):
+    from .progress import Progress
+
+    return Progress(label, None, enabled=not args.json and sys.stderr.isatty())
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .transfer import export_file
+
+    _alone(args, "export")
+    path = Path(args.file)
+    with _bar(args, "exporting") as bar:
+        counts = _in_process(args, lambda service: export_file(service, path, progress=bar.update))
+    if args.json:
+        emit_json({"file": str(path), **counts})
+    else:
+        print(f"Exported {counts['cells']} cells, {counts['beacons']} beacons and {counts['scenes']} scenes to {path}.")
+    return EXIT_OK
+
+
+def _line_error(path: Path) -> Callable[[int, str], None]:
+    def report(line: int, reason: str) -> None:
+        print(f"{path}:{line}: {reason}", file=sys.stderr)
+
+    return report
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    if not path.is_file():
+        raise CliError(f"no such file: {path}", EXIT_USAGE)
+    if args.source == "memory-server":
+        report = _import_memory_graph(args, path)
+        summary = f"Imported {report['entities']} entities and {report['relations']} relations from {path}"
+    else:
+        from .transfer import import_file
+
+        _alone(args, "import")
+        with _bar(args, "importing") as bar:
+            report = _in_process(args, lambda service: import_file(service, path, progress=bar.update, on_error=_line_error(path)))
+        resumed = f" (resumed at line {report['resumed_at_line']})" if report["resumed_at_line"] else ""
+        summary = (
+            f"Imported {path}{resumed}: {report['stored']} new cells, {report['known']} already here, "
+            f"{report['scenes']} scenes, {report['beacons']} new beacons"
+        )
+    if args.json:
+        emit_json(report)
+    else:
+        errors = report["error_count"]
+        print(summary + (f"; {errors} bad lines skipped (listed above)." if errors else "."))
+    return EXIT_FAILED if report["error_count"] else EXIT_OK
+
+
+def _import_memory_graph(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    """The memory server's graph, stored as $HYPHAE_API_KEY's agent (through the daemon if one runs)."""
+    from .client import DaemonClient, running_daemon
+    from .memory_graph import import_memory_graph
+
+    api_key = os.environ.get("HYPHAE_API_KEY", "")
+    if not api_key:
+        raise CliError("HYPHAE_API_KEY is not set: the graph is stored as an agent; create one with `hyphae agent add NAME`", EXIT_AUTH)
+    info = running_daemon(args.home)
+    with _bar(args, "importing") as bar:
+        if info is not None:
+            client = DaemonClient(args.home, info, api_key)
+            try:
+                async def store(fields):
+                    return await trio.to_thread.run_sync(lambda: client.call("POST", "/v1/cells", json=fields))
+
+                return trio.run(lambda: import_memory_graph(path, store, progress=bar.update, on_error=_line_error(path)))
+            finally:
+                client.close()
+
+        async def run(service):
+            principal = await service.authenticate(api_key)
+            return await import_memory_graph(
+                path, lambda fields: service.store(principal, **fields), progress=bar.update, on_error=_line_error(path)
+            )
+
+        return _in_process(args, run)
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from .reindex import reindex
+
+    _alone(args, "reindex")
+    with _bar(args, "reindexing") as bar:
+        result = trio.run(lambda: reindex(args.home, rebuild=args.rebuild, progress=lambda what, done, total: bar.update(done, total, what)))
+    if args.json:
+        emit_json(result)
+        return EXIT_OK
+    if not result["rebuilt"]:
+        print(f"Everything is already in {result['embedding_space']}; nothing to do (--rebuild rebuilds the indexes anyway).")
+    else:
+        print(f"Re-embedded {result['cells']} cells and {result['beacons']} beacons into {result['embedding_space']}; indexes rebuilt.")
+    return EXIT_OK
+
+
 # -- plumbing ----------------------------------------------------------------------
 
 # How each facade call travels when a daemon runs: (HTTP method, path).
@@ -393,6 +565,9 @@ _ROUTES = {
     "pull_inbox": ("POST", "/v1/inbox/pull"),
     "consolidate_scene": ("POST", "/v1/scenes/{scene_id}/consolidate"),
     "whoami": ("GET", "/v1/whoami"),
+    "place_beacon": ("POST", "/v1/beacons"),
+    "list_beacons": ("GET", "/v1/beacons"),
+    "remove_beacon": ("DELETE", "/v1/beacons/{beacon_id}"),
     "stats": ("GET", "/v1/stats"),
     "add_agent": ("POST", "/v1/admin/agents"),
     "list_agents": ("GET", "/v1/admin/agents"),
@@ -467,28 +642,68 @@ def _in_process(args: argparse.Namespace, action: Callable) -> Any:
     return trio.run(run)
 
 
+QUICK_START = """\
+quick start (one machine):
+  hyphae init
+  export HYPHAE_API_KEY=$(hyphae agent add alice | tail -1)
+  hyphae store "Use pgvector for the V1 storage backend." --type Decision
+  hyphae recall "which database do we use for storage"
+  hyphae connect claude-code          # the MCP set-up for your editor
+
+a team: `hyphae team create` on one machine, `hyphae team join TOKEN` on the others,
+then `hyphae up` everywhere. `hyphae doctor` says what is wrong and how to fix it.
+
+exit codes:
+  0 done   1 the operation failed   2 bad usage   3 no usable data dir or config
+  4 not authenticated (HYPHAE_API_KEY missing, unknown or revoked)
+
+environment:
+  HYPHAE_HOME     the data dir (default ~/.hyphae; --home overrides)
+  HYPHAE_API_KEY  the agent key that memory commands act as
+  NO_COLOR        no colours even on a terminal
+"""
+
+# How `hyphae --help` groups the commands: (heading, command names).
+_GROUPS = (
+    ("set up", ("init", "agent", "team", "connect")),
+    ("run the node", ("up", "mcp", "status", "peers", "doctor")),
+    ("memories (as $HYPHAE_API_KEY's agent)", ("store", "recall", "inbox", "beacon", "consolidate")),
+    ("data", ("export", "import", "reindex")),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hyphae",
-        description="Hyphae: shared memory for AI coding agents, gossiped to whoever it is relevant to.",
-        epilog="Start with `hyphae init`, then `hyphae agent add NAME`. Data dir: $HYPHAE_HOME or ~/.hyphae.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=QUICK_START,
     )
-    parser.add_argument("--home", type=Path, default=None, help="data dir (default: $HYPHAE_HOME or ~/.hyphae)")
+    parser.add_argument("--home", type=Path, default=None, metavar="DIR", help="data dir (default: $HYPHAE_HOME or ~/.hyphae)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more to stderr")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"hyphae {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
     commands.required = True
+    summaries: dict[str, str] = {}
 
-    def command(name: str, handler: Callable, help: str, parent=commands) -> argparse.ArgumentParser:
+    def command(name: str, handler: Callable, help: str, parent=commands, *, json: bool = True) -> argparse.ArgumentParser:
         sub = parent.add_parser(name, help=help, description=help)
         sub.set_defaults(handler=handler)
-        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+        if json:
+            sub.add_argument("--json", action="store_true", help="print JSON for scripts (no colours, no progress bar)")
+        if parent is commands:
+            summaries[name] = help
         return sub
+
+    def group(name: str, help: str, dest: str) -> argparse._SubParsersAction:
+        sub = commands.add_parser(name, help=help, description=help)
+        summaries[name] = help
+        actions = sub.add_subparsers(dest=dest, metavar="ACTION")
+        actions.required = True
+        return actions
 
     command("init", cmd_init, "create the data dir, config and node key")
 
-    agent = commands.add_parser("agent", help="manage agents and their API keys", description="manage agents and their API keys")
-    agent_commands = agent.add_subparsers(dest="agent_command", metavar="ACTION")
-    agent_commands.required = True
+    agent_commands = group("agent", "manage agents and their API keys: add | list | revoke", "agent_command")
     add = command("add", cmd_agent_add, "create an agent; prints its API key once, on the last line", agent_commands)
     add.add_argument("name")
     add.add_argument("--project", action="append", help="limit the key to a project (repeatable)")
@@ -496,7 +711,34 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = command("revoke", cmd_agent_revoke, "revoke an agent's key", agent_commands)
     revoke.add_argument("name")
 
-    store = command("store", cmd_store, "store a memory (as $HYPHAE_API_KEY's agent); prints its node_id")
+    team_commands = group("team", "create or join a team (the mesh): create | join | show", "team_command")
+    command("create", cmd_team_create, "create a team; prints its join token on the last line", team_commands)
+    join = command("join", cmd_team_join, "join a team with a token from `hyphae team create`", team_commands)
+    join.add_argument("token")
+    show = command("show", cmd_team_show, "this node's team", team_commands)
+    show.add_argument("--token", action="store_true", help="also print the join token (it holds the team key)")
+    rotate = command("rotate", cmd_team_rotate, "give the team a new key (members re-join with the token on the last line)",
+                     team_commands)  # fmt: skip
+    rotate.add_argument("--remove", action="append", default=[], metavar="NODE_ID",
+                        help="shut a node out of the team (repeatable; ids from `hyphae peers`)")  # fmt: skip
+
+    connect = command("connect", cmd_connect, "print the MCP set-up for an editor or agent host", json=False)
+    connect.add_argument("host", choices=("claude-code", "cursor", "vscode", "cline"))
+    connect.add_argument("--http", action="store_true", help="connect over HTTP instead of stdio")
+    connect.add_argument("--key", help="the agent's API key to put in the snippet (default: a placeholder)")
+
+    up = command("up", cmd_up, "run the node daemon (API, MCP over HTTP, mesh) in the foreground", json=False)
+    up.add_argument("--api", metavar="HOST:PORT", help="API address (default from config: 127.0.0.1:7777)")
+    up.add_argument("--allow-remote", action="store_true", help="allow a non-loopback API address")
+    up.add_argument("--mesh", metavar="HOST:PORT", help="mesh address (default from config: 0.0.0.0:7979)")
+    up.add_argument("--peer", action="append", metavar="HOST:PORT", help="a static peer (repeatable)")
+    up.add_argument("--no-discovery", action="store_true", help="do not look for peers with zeroconf")
+    command("mcp", cmd_mcp, "serve MCP over stdio for an agent (starts the daemon if needed)", json=False)
+    command("status", cmd_status, "is the daemon running, and what does it hold")
+    command("peers", cmd_peers, "the mesh: peers, their state, queues and drops")
+    command("doctor", cmd_doctor, "check the data dir, keys, ports, team, peers and embedder; say what to fix")
+
+    store = command("store", cmd_store, "store a memory; prints its node_id")
     store.add_argument("text", help="the memory; '-' reads stdin")
     store.add_argument("--type", required=True, choices=CELL_TYPES, help="cell type")
     store.add_argument("--salience", type=float, default=None, help="0..1, default 0.5; higher reaches further")
@@ -518,38 +760,50 @@ def build_parser() -> argparse.ArgumentParser:
     inbox.add_argument("--limit", type=int)
     inbox.add_argument("--pull", action="store_true", help="take the next page and advance the server cursor")
 
+    beacon_commands = group("beacon", "standing interests that fill your inbox: add | list | remove", "beacon_command")
+    beacon_add = command("add", cmd_beacon_add, "place a beacon; prints its id", beacon_commands)
+    beacon_add.add_argument("query", help="what you want to hear about, in plain words")
+    beacon_add.add_argument("--threshold", type=float, help="cosine similarity to match (default from config)")
+    beacon_add.add_argument("--type", action="append", choices=CELL_TYPES, help="only these cell types (repeatable)")
+    beacon_add.add_argument("--project")
+    beacon_add.add_argument("--min-salience", type=float)
+    beacon_add.add_argument("--ttl", type=int, metavar="SECONDS", help="expire after this long")
+    command("list", cmd_beacon_list, "your live beacons", beacon_commands)
+    beacon_remove = command("remove", cmd_beacon_remove, "remove one of your beacons", beacon_commands)
+    beacon_remove.add_argument("beacon_id")
+
     consolidate = command("consolidate", cmd_consolidate, "summarise a scene into one L2 cell")
     consolidate.add_argument("scene_id")
 
-    up = command("up", cmd_up, "run the node daemon (API, MCP over HTTP) in the foreground")
-    up.add_argument("--api", metavar="HOST:PORT", help="API address (default from config: 127.0.0.1:7777)")
-    up.add_argument("--allow-remote", action="store_true", help="allow a non-loopback API address")
-    up.add_argument("--mesh", metavar="HOST:PORT", help="mesh address (default from config: 0.0.0.0:7979)")
-    up.add_argument("--peer", action="append", metavar="HOST:PORT", help="a static peer (repeatable)")
-    up.add_argument("--no-discovery", action="store_true", help="do not look for peers with zeroconf")
+    export = command("export", cmd_export, "write cells, beacons and scenes to a JSONL file (node stopped)")
+    export.add_argument("file", metavar="FILE.jsonl")
+    import_ = command("import", cmd_import, "import a JSONL file: a Hyphae export, or --from memory-server")
+    import_.add_argument("file", metavar="FILE.jsonl")
+    import_.add_argument("--from", dest="source", choices=("hyphae", "memory-server"), default="hyphae",
+                         help="the file's format: a `hyphae export` (default; node stopped) or the official MCP "
+                              "memory server's knowledge graph (stored as $HYPHAE_API_KEY's agent)")  # fmt: skip
+    reindex = command("reindex", cmd_reindex, "re-embed memories in the configured embedder's space; rebuild indexes (node stopped)")
+    reindex.add_argument("--rebuild", action="store_true", help="rebuild the indexes even if no vector changed")
 
-    team = commands.add_parser("team", help="create or join a team (the mesh)", description="create or join a team")
-    team_commands = team.add_subparsers(dest="team_command", metavar="ACTION")
-    team_commands.required = True
-    command("create", cmd_team_create, "create a team; prints its join token on the last line", team_commands)
-    join = command("join", cmd_team_join, "join a team with a token from `hyphae team create`", team_commands)
-    join.add_argument("token")
-    show = command("show", cmd_team_show, "this node's team", team_commands)
-    show.add_argument("--token", action="store_true", help="also print the join token (it holds the team key)")
-    rotate = command("rotate", cmd_team_rotate, "give the team a new key (members re-join with the token on the last line)",
-                     team_commands)  # fmt: skip
-    rotate.add_argument("--remove", action="append", default=[], metavar="NODE_ID",
-                        help="shut a node out of the team (repeatable; ids from `hyphae peers`)")  # fmt: skip
-    command("peers", cmd_peers, "the mesh: peers, their state, queues and drops")
-
-    command("mcp", cmd_mcp, "serve MCP over stdio for an agent (starts the daemon if needed)")
-    command("status", cmd_status, "is the daemon running, and what does it hold")
-
-    connect = command("connect", cmd_connect, "print the MCP set-up for an editor or agent host")
-    connect.add_argument("host", choices=("claude-code", "cursor", "vscode", "cline"))
-    connect.add_argument("--http", action="store_true", help="connect over HTTP instead of stdio")
-    connect.add_argument("--key", help="the agent's API key to put in the snippet (default: a placeholder)")
+    width = max(len(name) for name in summaries) + 2
+    lines = ["Hyphae: shared memory for AI coding agents, gossiped to whoever it is relevant to.", ""]
+    for heading, names in _GROUPS:
+        lines.append(f"{heading}:")
+        lines.extend(f"  {name:<{width}}{summaries[name]}" for name in names)
+    lines.append("")
+    lines.append("`hyphae COMMAND --help` for a command's options.")
+    parser.description = "\n".join(lines)
+    assert sorted(summaries) == sorted(n for _, names in _GROUPS for n in names), "every command in one help group"
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hyphae")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,7 +166,8 @@ function renderMesh(mesh) {
       el("td", { class: "num", text: peer.data_batches_sent }),
       el("td", { class: "num", text: peer.cells_received }),
       el("td", { class: "num", text: peer.outbox_depth }),
-      el("td", { class: "num", text: peer.inflight_batches })));
+      el("td", { class: "num", text: peer.inflight_batches }),
+      el("td", { class: "num", text: peer.frames_sent })));
   }
   $("#no-peers").hidden = mesh.peers.length > 0;
 
