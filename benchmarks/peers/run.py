@@ -1,0 +1,228 @@
+"""Hyphae side by side with the MCP memory servers users pick today, over stdio, one workload.
+
+    python benchmarks/peers/run.py --quick              # a few minutes
+    python benchmarks/peers/run.py                      # the full run
+    python benchmarks/peers/run.py --peers hyphae,reference --parts perf,writers
+
+Each peer is installed into ``--work`` (default ``/tmp/hyphae-peers``, reused across runs;
+``--reinstall`` starts over): ``@modelcontextprotocol/server-memory`` with npm,
+``agent-memory-os`` and ``mcp-server-qdrant`` each in a fresh virtualenv with pip (the latter
+with fastembed's all-MiniLM-L6-v2 laid out offline, see ``fastembed_model.py``). Hyphae is this
+checkout, with its default built-in MiniLM embedder. Every server is then driven by the same
+client, the official MCP Python SDK over stdio. Parts (``--parts``, all by default):
+
+- ``perf``: start-up, stores/s, searches/s, p50/p99 latency, RSS, hit@1/hit@5 on the
+  paraphrase set (``bench.measure``);
+- ``writers``: two server processes on one store, 50 distinct writes each at once; what
+  survives (``bench.two_writers``);
+- ``federation``: store on node A, readable on node B, and whether it reaches only those who
+  want it: Hyphae's mesh and agent-memory-os's peer sync (``federation.py``).
+
+Prints a markdown report and writes JSON (``--json``, default ``WORK/peers.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1]))
+
+from bench import measure, two_writers  # noqa: E402
+from servers import PEERS, ROOT, run  # noqa: E402
+from workload import load_workload  # noqa: E402
+
+PARTS = ("perf", "writers", "federation")
+
+
+def machine() -> dict[str, Any]:
+    model = "?"
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+
+    def version(cmd: list[str]) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+        except OSError:
+            return "?"
+
+    import mcp  # noqa: F401
+    from importlib.metadata import version as dist_version
+
+    return {
+        "nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(), "node": version(["node", "--version"]),
+        "mcp_sdk": dist_version("mcp"), "platform": platform.platform(), "uptime": version(["uptime"]),
+    }  # fmt: skip
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if value != value:
+            return "-"
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def perf_table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
+    head = ("| server | start-up s | 2nd session s | stores/s | store p50 / p99 ms | first store ms | searches/s "
+            "| search p50 / p99 ms | RSS MB (peak) | hit@1 | hit@5 | empty answers |")  # fmt: skip
+    rows = [head, "|" + " --- |" * 12]
+    for name, r in results.items():
+        if "error" in r:
+            rows.append(f"| {labels[name]} | failed: {r['error'][:120]} |" + " |" * 10)
+            continue
+        s, q, m, k = r["store"], r["search"], r["memory"], r["quality"]
+        rows.append(
+            f"| {labels[name]} | {fmt(r['startup_s'], 2)} | {fmt(r['restart_s'], 2)} | {fmt(s['per_s'])} "
+            f"| {fmt(s['p50_ms'])} / {fmt(s['p99_ms'])} | {fmt(r['first_store_ms'], 0)} | {fmt(q['per_s'])} "
+            f"| {fmt(q['p50_ms'])} / {fmt(q['p99_ms'])} | {fmt(m['rss_mb'], 0)} ({fmt(m['peak_rss_mb'], 0)}) "
+            f"| {k['hit@1']:.2f} | {k['hit@5']:.2f} | {k['empty']:.2f} |"
+        )
+    return "\n".join(rows)
+
+
+def writers_table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
+    rows = ["| server | attempted | acknowledged | survived | kept | errors (first) |", "|" + " --- |" * 6]
+    for name, r in results.items():
+        if "error" in r:
+            rows.append(f"| {labels[name]} | failed: {r['error'][:120]} | | | | |")
+            continue
+        errors = "; ".join(e for w in r["writers"].values() for e in w["errors"][:1])[:160] or "none"
+        rows.append(f"| {labels[name]} | {r['attempted']} | {r['acked']} | {r['survived']} "
+                    f"| {100 * r['survived'] / r['attempted']:.0f} % | {errors.replace('|', '/')} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
+    h, ref = results.get("hyphae"), results.get("reference")
+    if not h or not ref or "error" in h or "error" in ref:
+        return []
+    return [
+        f"Hyphae / reference stores/s: {h['store']['per_s'] / ref['store']['per_s']:.2f}x (target >= 5x)",
+        f"Hyphae / reference searches/s: {h['search']['per_s'] / ref['search']['per_s']:.2f}x (target >= 5x)",
+        f"hit@5 Hyphae {h['quality']['hit@5']:.2f} vs reference {ref['quality']['hit@5']:.2f} (target: higher)",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one search pass, no filler, fewer delivery samples")
+    parser.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated, from {','.join(PEERS)}")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from {','.join(PARTS)}")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyphae-peers")
+    parser.add_argument("--reinstall", action="store_true")
+    parser.add_argument("--filler", type=int, help="synthetic memories stored before the set (default 0 quick, 759 full)")
+    parser.add_argument("--passes", type=int, help="search passes over the queries (default 1 quick, 3 full)")
+    parser.add_argument("--writes", type=int, default=50, help="writes per writer in the two-writers test")
+    parser.add_argument("--deliveries", type=int, help="federated stores timed (default 10 quick, 40 full)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    names = [n for n in args.peers.split(",") if n]
+    parts = [p for p in args.parts.split(",") if p]
+    filler = args.filler if args.filler is not None else (0 if args.quick else 759)
+    passes = args.passes or (1 if args.quick else 3)
+    deliveries = args.deliveries or (10 if args.quick else 40)
+    args.work.mkdir(parents=True, exist_ok=True)
+    runs = args.work / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    report: dict[str, Any] = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": machine(),
+                              "started_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                              "filler": filler, "passes": passes, "peers": {}}  # fmt: skip
+    print(f"# work dir {args.work}, run dir {runs}", file=sys.stderr)
+
+    peers = {name: PEERS[name](args.work) for name in names}
+    for name, peer in peers.items():
+        print(f"# installing {name} ...", file=sys.stderr)
+        try:
+            seconds = peer.install(reinstall=args.reinstall)
+            report["peers"][name] = {"label": peer.label, "package": peer.package, "version": peer.version(),
+                                     "install_s": round(seconds, 1)}  # fmt: skip
+            if name == "qdrant":
+                report["peers"][name]["fastembed_vs_hyphae_max_abs_diff"] = peer.check_model()
+        except Exception as error:  # noqa: BLE001 - one peer that cannot install does not stop the rest
+            report["peers"][name] = {"label": peer.label, "install_error": str(error)[-2000:]}
+            print(f"# {name} did not install: {error}", file=sys.stderr)
+    usable = {n: p for n, p in peers.items() if "install_error" not in report["peers"][n]}
+    labels = {n: f"{p.label} {report['peers'][n].get('version', '')}".strip() for n, p in peers.items()}
+
+    if "perf" in parts:
+        workload = load_workload(filler_count=filler)
+        report["perf"] = {}
+        for name, peer in usable.items():
+            print(f"# perf: {name} ({len(workload.memories)} stores, {passes} x {len(workload.queries)} searches)",
+                  file=sys.stderr)  # fmt: skip
+            began = time.monotonic()
+            try:
+                report["perf"][name] = asyncio.run(measure(peer, runs / "perf" / name, workload, passes))
+            except Exception as error:  # noqa: BLE001
+                report["perf"][name] = {"error": f"{type(error).__name__}: {error}"}
+            report["perf"][name]["wall_s"] = round(time.monotonic() - began, 1)
+            report["perf"][name]["loadavg"] = os.getloadavg()
+            print(f"#   done in {time.monotonic() - began:.0f} s, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+
+    if "writers" in parts:
+        report["writers"] = {}
+        for name, peer in usable.items():
+            print(f"# two writers: {name}", file=sys.stderr)
+            try:
+                report["writers"][name] = asyncio.run(two_writers(peer, runs / "writers" / name, args.writes))
+            except Exception as error:  # noqa: BLE001
+                report["writers"][name] = {"error": f"{type(error).__name__}: {error}"}
+
+    if "federation" in parts:
+        from federation import amo_federation, hyphae_federation
+
+        report["federation"] = {}
+        if "hyphae" in usable:
+            print("# federation: hyphae", file=sys.stderr)
+            try:
+                report["federation"]["hyphae"] = hyphae_federation(runs / "federation" / "hyphae", deliveries)
+            except Exception as error:  # noqa: BLE001
+                report["federation"]["hyphae"] = {"error": f"{type(error).__name__}: {error}"}
+        if "amo" in usable:
+            print("# federation: agent-memory-os", file=sys.stderr)
+            try:
+                report["federation"]["amo"] = amo_federation(usable["amo"], runs / "federation" / "amo", deliveries)
+            except Exception as error:  # noqa: BLE001
+                report["federation"]["amo"] = {"error": f"{type(error).__name__}: {error}"}
+
+    report["finished_at"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    report["uptime_after"] = run(["uptime"]).strip()
+    out = args.json or args.work / "peers.json"
+    out.write_text(json.dumps(report, indent=1, default=str))
+    print(render(report, labels))
+    print(f"\n(JSON: {out})", file=sys.stderr)
+
+
+def render(report: dict[str, Any], labels: dict[str, str]) -> str:
+    lines = [f"Command: `{report['command']}`", f"Machine: {report['machine']}", ""]
+    if "perf" in report:
+        lines += [perf_table(report["perf"], labels), "", *ratios(report["perf"]), ""]
+    if "writers" in report:
+        lines += [writers_table(report["writers"], labels), ""]
+    if "federation" in report:
+        from federation import federation_table
+
+        lines += [federation_table(report["federation"]), ""]
+    lines.append(f"Load: {report['machine']['uptime']} -> {report['uptime_after']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
