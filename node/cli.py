@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import trio
 from .config import resolve_home
 from .energy import CELL_TYPES
 from .errors import ConfigError, HyphaeError, Unauthenticated
+from .logs import setup_logging
 
 __all__ = ["main"]
 
@@ -810,12 +810,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.home = resolve_home(args.home)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
+        setup_logging(verbose=args.verbose)  # HYPHAE_LOG_LEVEL, HYPHAE_LOG_FORMAT: see node/logs.py
         return args.handler(args)
     except CliError as exc:
         print(f"hyphae: {exc}", file=sys.stderr)
