@@ -38,10 +38,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1]))
 
 from bench import measure, two_writers  # noqa: E402
-from servers import PEERS, ROOT, run  # noqa: E402
+from servers import PEERS, run  # noqa: E402
 from workload import load_workload  # noqa: E402
 
 PARTS = ("perf", "writers", "federation")
@@ -128,12 +127,15 @@ def main() -> None:
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from {','.join(PARTS)}")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyphae-peers")
     parser.add_argument("--reinstall", action="store_true")
+    parser.add_argument("--hyphae-rev", default="HEAD", help="commit of Hyphae to measure, or 'worktree' for the checkout")
     parser.add_argument("--filler", type=int, help="synthetic memories stored before the set (default 0 quick, 759 full)")
     parser.add_argument("--passes", type=int, help="search passes over the queries (default 1 quick, 3 full)")
     parser.add_argument("--writes", type=int, default=50, help="writes per writer in the two-writers test")
     parser.add_argument("--deliveries", type=int, help="federated stores timed (default 10 quick, 40 full)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    args.work = args.work.resolve()
+    args.json = args.json.resolve() if args.json else None
     names = [n for n in args.peers.split(",") if n]
     parts = [p for p in args.parts.split(",") if p]
     filler = args.filler if args.filler is not None else (0 if args.quick else 759)
@@ -146,7 +148,8 @@ def main() -> None:
                               "filler": filler, "passes": passes, "peers": {}}  # fmt: skip
     print(f"# work dir {args.work}, run dir {runs}", file=sys.stderr)
 
-    peers = {name: PEERS[name](args.work) for name in names}
+    peers = {name: PEERS[name](args.work, args.hyphae_rev) if name == "hyphae" else PEERS[name](args.work)
+             for name in names}  # fmt: skip
     for name, peer in peers.items():
         print(f"# installing {name} ...", file=sys.stderr)
         try:
@@ -159,6 +162,8 @@ def main() -> None:
             report["peers"][name] = {"label": peer.label, "install_error": str(error)[-2000:]}
             print(f"# {name} did not install: {error}", file=sys.stderr)
     usable = {n: p for n, p in peers.items() if "install_error" not in report["peers"][n]}
+    if "hyphae" in usable:
+        usable["hyphae"].use()  # from here on, every Hyphae process runs the snapshot
     labels = {n: f"{p.label} {report['peers'][n].get('version', '')}".strip() for n, p in peers.items()}
 
     if "perf" in parts:

@@ -151,22 +151,50 @@ class Peer:
 
 
 class Hyphae(Peer):
-    name = "hyphae"
-    label = "Hyphae (this checkout)"
+    """Hyphae from a snapshot of one commit (``git archive``, default ``HEAD``), so a run measures
+    committed code while others edit the work tree; ``rev="worktree"`` measures the checkout as it
+    is. The snapshot is put first on ``PYTHONPATH`` and made the working directory (``use()``), so
+    every ``python -m node.cli`` this harness starts imports it instead of the editable install.
+    """
 
-    def _install(self) -> None:
-        pass  # this checkout, installed in the running virtualenv
+    name = "hyphae"
+    label = "Hyphae"
+
+    def __init__(self, work: Path, rev: str = "HEAD") -> None:
+        super().__init__(work)
+        self.rev = rev
+        if rev == "worktree":
+            self.src = ROOT
+        else:
+            self.commit = run(["git", "rev-parse", "--short=10", rev], cwd=ROOT).strip()
+            self.src = self.dir / self.commit
+
+    def install(self, *, reinstall: bool = False) -> float:
+        began = time.monotonic()
+        if self.rev != "worktree" and (reinstall or not (self.src / ".installed").exists()):
+            shutil.rmtree(self.src, ignore_errors=True)
+            self.src.mkdir(parents=True)
+            archive = subprocess.run(["git", "archive", self.commit], cwd=ROOT, capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(self.src)], input=archive, check=True)
+            (self.src / ".installed").write_text(self.commit)
+        return time.monotonic() - began
+
+    def use(self) -> None:
+        """Make this process and its children import Hyphae from ``self.src``."""
+        os.environ["PYTHONPATH"] = str(self.src)
+        sys.path.insert(0, str(self.src))
+        os.chdir(self.src)
 
     def version(self) -> str:
-        commit = run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT).strip()
-        return f"main@{commit}"
+        if self.rev == "worktree":
+            return "work tree at " + run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT).strip()
+        return f"commit {self.commit}"
 
     def _cli(self, home: Path, *args: str, key: str | None = None) -> str:
         env = {"HYPHAE_HOME": str(home), **({"HYPHAE_API_KEY": key} if key else {})}
-        return run([sys.executable, "-m", "node.cli", *args], env=env, cwd=ROOT, timeout=120)
+        return run([sys.executable, "-m", "node.cli", *args], env=env, cwd=self.src, timeout=120)
 
     def new_store(self, root: Path) -> Store:
-        sys.path.insert(0, str(ROOT))
         from tests.e2e_mesh.cluster import edit_config
 
         home = root / "hyphae-home"
@@ -176,7 +204,10 @@ class Hyphae(Peer):
         return Store(home, {"HYPHAE_HOME": str(home), "HYPHAE_API_KEY": key}, {"key": key})
 
     def params(self, store: Store):
-        return self._sdk(sys.executable, ["-m", "node.cli", "mcp"], {**_python_env(), **store.env})
+        from mcp import StdioServerParameters
+
+        env = {**_python_env(), "PYTHONPATH": str(self.src), **store.env}
+        return StdioServerParameters(command=sys.executable, args=["-m", "node.cli", "mcp"], env=env, cwd=str(self.src))
 
     async def store(self, client: Any, text: str, kind: str, tag: str) -> str:
         result = await client.call_tool("store", {"content": text, "cell_type": _HYPHAE_TYPES.get(kind, "Fact")})
@@ -346,7 +377,6 @@ class Qdrant(Peer):
         """Largest difference between fastembed's vectors and Hyphae's numpy pass of the same weights."""
         import numpy as np
 
-        sys.path.insert(0, str(ROOT))
         sys.path.insert(0, str(HERE))
         from fastembed_model import CHECK_TEXTS
         from node.embedding import load_embedder
