@@ -141,6 +141,7 @@ class MeshEngine:
         self._clock_offsets: dict[str, int] = {}  # sender -> its clock minus ours (ms), estimated
         self._timers: dict[str, int] = {}
         self._next_repair_at: int | None = None  # set by Started
+        self._restored = False  # control state put back from the log (once, at the first Started)
         self._armed: dict[str, int] = {}
         self._ping_ids = 0
         self._now = 0
@@ -174,10 +175,37 @@ class MeshEngine:
     def _on_started(self, _: Started) -> None:
         now = self._now
         self._armed.clear()  # a new runtime knows no timers yet: arm them all again
+        if not self._restored:
+            self._restored = True
+            if self.config.view != "partial":  # a partial view re-learns its neighbourhood instead
+                self._restore_control()
         self._publish(PeerPayload(self.config.address))
         self._timers[_GOSSIP] = now
         self._timers[_LIVENESS] = now + self.config.probe_interval_ms // 2
         self._next_repair_at = now + self._jitter(self.config.repair_interval_ms)
+
+    def _restore_control(self) -> None:
+        """Put back the control plane held before a restart (members and where they listen,
+        beacons, version vectors) from the log, so the first store after a restart reaches
+        the nodes that want it instead of nobody until anti-entropy and repair catch up."""
+        held = getattr(self.store, "control_diffs", None)
+        if held is None:
+            return
+        for diff in sorted(held(), key=lambda d: (d.origin, d.seq)):
+            if diff.kind in CONTROL_KINDS and self.control.is_new(diff):
+                self.control.apply(diff)
+        for origin in list(self.control.digest()):
+            if origin == self.node_id:
+                continue
+            for diff in list(self.control.entries(origin)):
+                p = diff.payload
+                if isinstance(p, BeaconPayload):
+                    self.beacons.add(p, origin, diff.ts)
+                    self._out.append(ApplyRemoteBeacon(p, origin))
+                elif isinstance(p, PeerPayload) and p.address and p.address != self.config.address:
+                    peer, is_new = self.peers.learn(origin, p.address, self._now)
+                    if is_new:
+                        self._out.append(PeerStateChanged(origin, peer.address, peer.state.value))
 
     def _on_cell_stored(self, event: CellStored) -> None:
         cell = event.cell
@@ -284,7 +312,9 @@ class MeshEngine:
                 keys[diff.origin] = entry
         return keys
 
-    def _send(self, address: str, mtype: MsgType, diffs: tuple[Diff, ...] = (), **fields: Any) -> None:
+    def _send(
+        self, address: str, mtype: MsgType, diffs: tuple[Diff, ...] = (), *, in_reply: bool = False, **fields: Any
+    ) -> None:
         env = Envelope(
             mtype, self._now, self.config.address, self._keys_for(diffs) if diffs else self._keys_for(()),
             diffs, **fields,
@@ -296,7 +326,7 @@ class MeshEngine:
         self.counters.bytes_sent[lane] += len(frame)
         if data_bytes:
             self.counters.data_diffs_sent += sum(1 for d in diffs if d.kind in DATA_KINDS)
-        self._out.append(SendFrame(address, frame, data_bytes, not data_bytes))
+        self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply))
 
     def _enqueue(self, peer_id: str, diff: Diff, energy: float) -> None:
         peer = self.peers.get(peer_id)
@@ -422,7 +452,7 @@ class MeshEngine:
     def _on_data(self, env: Envelope, peer: Peer) -> None:
         for diff in env.diffs:
             self._accept_data(diff, env, peer, relay=True)
-        self._send(peer.address, MsgType.ACK, acks=(env.batch_id,))
+        self._send(peer.address, MsgType.ACK, acks=(env.batch_id,), in_reply=True)
 
     def _on_ack(self, env: Envelope, peer: Peer) -> None:
         for batch_id in env.acks:
@@ -471,7 +501,7 @@ class MeshEngine:
         if delta or need:
             self._send(
                 peer.address, MsgType.GOSSIP, tuple(delta),
-                digest=self.control.digest() if need else None, reply_wanted=need,
+                digest=self.control.digest() if need else None, reply_wanted=need, in_reply=True,
             )  # fmt: skip
 
     def _accept_control(self, diff: Diff, env: Envelope) -> None:
@@ -484,6 +514,7 @@ class MeshEngine:
         if not self._admit(diff, env):
             return
         self.control.apply(diff)
+        self.store.put(diff, self._now)  # so a restart starts from it (see _restore_control)
         self.counters.diffs_accepted[diff.kind.name.lower()] += 1
         p, origin = diff.payload, diff.origin
         if isinstance(p, BeaconPayload):
@@ -495,9 +526,13 @@ class MeshEngine:
         elif isinstance(p, ScenePayload):
             self._out.append(ApplyScene(p.data, origin))
         elif isinstance(p, PeerPayload):
+            known = self.peers.get(origin)
+            moved = known is not None and known.address != p.address
             peer, is_new = self.peers.learn(origin, p.address, self._now)
             if is_new:
                 self._out.append(PeerStateChanged(origin, peer.address, peer.state.value))
+            elif moved and peer.state is not PeerState.ALIVE:
+                self._send_gossip(peer.address)  # it restarted elsewhere: try there now, not at the next probe
 
     def _gossip_round(self) -> None:
         live = self.peers.in_state(PeerState.ALIVE, PeerState.SUSPECT)
@@ -559,7 +594,7 @@ class MeshEngine:
             self._send(peer.address, MsgType.PING, nonce=self._ping_ids)
 
     def _on_ping(self, env: Envelope, peer: Peer) -> None:
-        self._send(peer.address, MsgType.PONG, nonce=env.nonce)
+        self._send(peer.address, MsgType.PONG, nonce=env.nonce, in_reply=True)
 
     # -- repair ------------------------------------------------------------------------
 
@@ -601,7 +636,10 @@ class MeshEngine:
     def _on_repair_request(self, env: Envelope, peer: Peer) -> None:
         if self.control.version(peer.node_id) < env.version:
             # We have not yet seen all of its beacons: answer "not ready", gossip with it now.
-            self._send(peer.address, MsgType.REPAIR_REPLY, request_id=env.request_id, upto=env.since, ready=False)
+            self._send(
+                peer.address, MsgType.REPAIR_REPLY, request_id=env.request_id, upto=env.since, ready=False,
+                in_reply=True,
+            )  # fmt: skip
             self._send_gossip(peer.address)
             return
         answer = answer_repair(
@@ -612,7 +650,7 @@ class MeshEngine:
         )  # fmt: skip
         self._send(
             peer.address, MsgType.REPAIR_REPLY, tuple(answer.diffs), request_id=env.request_id,
-            upto=answer.upto, more=answer.more, ready=True,
+            upto=answer.upto, more=answer.more, ready=True, in_reply=True,
         )  # fmt: skip
 
     def _on_repair_reply(self, env: Envelope, peer: Peer) -> None:

@@ -97,12 +97,18 @@ Event = Union[
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SendFrame:
-    """Send sealed bytes; ``data_bytes`` counts the data diffs inside (for metrics)."""
+    """Send sealed bytes; ``data_bytes`` counts the data diffs inside (for metrics).
+
+    ``in_reply``: this frame answers the frame being handled (an ack, a pong, a gossip or
+    repair reply), so a runtime whose transport has a response channel may carry it back
+    in the response to that frame instead of sending it on its own.
+    """
 
     address: str
     frame: bytes
     data_bytes: int
     is_control: bool
+    in_reply: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 
 The engine keeps every diff it originates or accepts in a :class:`DiffLog`: the log
 de-duplicates by ``(origin, seq)``, answers repair requests in log order, finds a
-cell's diff for its tombstone, and remembers our own highest seq across restarts.
+cell's diff for its tombstone, remembers our own highest seq across restarts, and
+hands back the control diffs (members, beacons, scenes) so a restarted node routes
+from its first store instead of after a round of anti-entropy.
 A log position (``lsn``) is local to one node and only ever grows; repair asks "what
 matches my beacons after position p in *your* log?". The production node implements
 the same protocol over SQLite.
@@ -35,6 +37,9 @@ class DiffLog(Protocol):
     def max_seq(self, origin: str) -> int:
         """The highest seq held from ``origin`` (0 if none): restarts continue above it."""
 
+    def control_diffs(self) -> list[Diff]:
+        """Every control diff held (peer, beacon, unbeacon, scene), in log order."""
+
 
 class MemoryDiffLog:
     """A :class:`DiffLog` in dictionaries; diffs are shared, never copied."""
@@ -46,6 +51,7 @@ class MemoryDiffLog:
         self._received: list[int] = []
         self._data: list[Diff] = []
         self._max_seq: dict[str, int] = {}
+        self._control: list[Diff] = []
         self._next_lsn = 1
 
     def __len__(self) -> int:
@@ -69,6 +75,8 @@ class MemoryDiffLog:
             self._data.append(diff)
             if isinstance(diff.payload, CellPayload):
                 self._cells.setdefault(diff.payload.node_id, diff)
+        else:
+            self._control.append(diff)
         return True
 
     def cell(self, cell_id: str) -> Diff | None:
@@ -81,3 +89,6 @@ class MemoryDiffLog:
 
     def max_seq(self, origin: str) -> int:
         return self._max_seq.get(origin, 0)
+
+    def control_diffs(self) -> list[Diff]:
+        return list(self._control)

@@ -33,7 +33,7 @@ from .daemon_file import ADMIN_TOKEN_FILE, DAEMON_FILE, read_daemon_file
 from .errors import ConfigError, Unavailable
 from .files import write_private
 from .lock import DataDirLock
-from .mesh_node import run_mesh
+from .mesh_node import clock_from_env, run_mesh
 from .service import MemoryService
 from .teams import load_team
 
@@ -163,7 +163,7 @@ async def run_daemon(
         raise Unavailable(f"a Hyphae node already runs for {home}{where}") from None
     daemon_file = home / DAEMON_FILE
     try:
-        service = await MemoryService.open(config)
+        service = await MemoryService.open(config, clock=clock_from_env())  # None unless a test sets the hook
         try:
             sock = _bind(host, port)
             bound_host, bound_port = sock.getsockname()[:2]

@@ -76,6 +76,13 @@ class SqliteDiffLog:
         )
         return decode_signed(*row) if row else None
 
+    def control_diffs(self) -> list[Diff]:
+        """Every control diff in the log, in log order (read once, when the engine starts)."""
+        rows = self.db.query(
+            "SELECT signed, signature, hops, ttl FROM mesh_log WHERE is_data = 0 ORDER BY lsn",
+        )
+        return [decode_signed(*row) for row in rows]
+
     def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
         rows = self.db.query(
             "SELECT lsn, received_at, signed, signature, hops, ttl FROM mesh_log "

@@ -4,13 +4,25 @@ Only a node that belongs to a team runs the mesh. The mesh port serves the gossi
 endpoints alone (``/mesh/v1/...``); every frame on it is sealed with the team key and
 carries membership proofs, so discovery (zeroconf on the LAN, static peers from config
 or ``--peer``) only *proposes* addresses.
+
+Two test hooks, for fault tests with real processes, read from the environment of
+``hyphae up`` and off unless set (the daemon logs a warning when one is on):
+
+* ``HYPHAE_MESH_FAULTS=/path/faults.json``: the mesh transport follows the fault spec in
+  that file (partitions, delay, loss; see ``FaultPlan.apply_spec``), re-read whenever it
+  changes, so a test partitions, slows or heals a running daemon by rewriting a file.
+* ``HYPHAE_CLOCK_OFFSET_MS=N``: the whole node (stamps, the mesh engine's clock) runs N ms
+  ahead of the wall clock (negative: behind), to test members with skewed clocks.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import socket
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
@@ -18,16 +30,32 @@ import trio
 from mesh.config import MeshConfig
 from mesh.engine import MeshEngine
 from mesh.events import PeerDiscovered
-from mesh.runtime import Discovery, HttpTransport, MeshRuntime, make_mesh_app, serve_mesh
+from mesh.runtime import Discovery, FaultPlan, HttpTransport, MeshRuntime, make_mesh_app, serve_mesh, watch_fault_file
 from mesh.team import Team
 
 from .mesh_link import MeshLink
 from .mesh_log import SqliteDiffLog
 from .service import MemoryService
 
-__all__ = ["run_mesh"]
+__all__ = ["run_mesh", "clock_from_env", "FAULTS_ENV", "CLOCK_OFFSET_ENV"]
 
 log = logging.getLogger("hyphae.mesh")
+
+FAULTS_ENV = "HYPHAE_MESH_FAULTS"
+CLOCK_OFFSET_ENV = "HYPHAE_CLOCK_OFFSET_MS"
+
+
+def clock_from_env(environ: Mapping[str, str] = os.environ) -> Callable[[], int] | None:
+    """A wall clock shifted by ``HYPHAE_CLOCK_OFFSET_MS`` (test hook), or None when unset."""
+    raw = environ.get(CLOCK_OFFSET_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        offset = int(raw)
+    except ValueError:
+        raise ValueError(f"{CLOCK_OFFSET_ENV} must be an integer number of ms, not {raw!r}") from None
+    log.warning("test hook: this node's clock runs %+d ms off the wall clock (%s)", offset, CLOCK_OFFSET_ENV)
+    return lambda: time.time_ns() // 1_000_000 + offset
 
 
 def advertised_host(bind_host: str) -> str:
@@ -80,13 +108,18 @@ async def run_mesh(
     engine = MeshEngine(
         service.identity, MeshConfig(team=team, address=address), SqliteDiffLog(service.db), energy=service.energy
     )
-    transport = HttpTransport()
+    faults_path = os.environ.get(FAULTS_ENV, "").strip()
+    faults = FaultPlan() if faults_path else None
+    transport = HttpTransport(faults=faults, max_frame_bytes=engine.config.limits.max_frame_bytes)
     link: MeshLink | None = None
-    runtime = MeshRuntime(engine, transport=transport, sink=_LazySink(lambda: link))
+    runtime = MeshRuntime(engine, transport=transport, sink=_LazySink(lambda: link), clock=service.clock)
     link = MeshLink(service, runtime.submit)
     app = make_mesh_app(runtime, max_frame_bytes=engine.config.limits.max_frame_bytes)
     try:
         async with trio.open_nursery() as nursery:
+            if faults is not None:
+                log.warning("test hook: mesh faults follow %s (%s)", faults_path, FAULTS_ENV)
+                nursery.start_soon(watch_fault_file, faults, faults_path)
             await nursery.start(runtime.run)
             await nursery.start(functools.partial(serve_mesh, app, sock))
             service.mesh = link

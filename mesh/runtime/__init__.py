@@ -11,16 +11,17 @@ Nothing outside this package imports trio, httpx, hypercorn or zeroconf.
 
 from .discovery import SERVICE_TYPE, Discovery
 from .driver import EffectSink, MeshRuntime, wall_clock_ms
-from .faults import FaultPlan, Verdict
+from .faults import FaultPlan, Verdict, watch_fault_file
 from .transport import (
-    FRAMES_PATH, HELLO_PATH, PROTOCOL_VERSION, HttpTransport, MemoryHub, MemoryTransport, MeshApp, SendError,
-    Transport, bind_mesh_socket, make_mesh_app, serve_mesh,
+    FRAMES_PATH, HELLO_PATH, PROTOCOL_VERSION, REPLY_WITHIN, HttpTransport, MemoryHub, MemoryTransport, MeshApp,
+    SendError, Transport, bind_mesh_socket, make_mesh_app, pack_frames, serve_mesh, unpack_frames,
 )  # fmt: skip
 
 __all__ = [
     "MeshRuntime", "EffectSink", "wall_clock_ms",
     "Transport", "HttpTransport", "MemoryTransport", "MemoryHub", "SendError",
     "MeshApp", "make_mesh_app", "bind_mesh_socket", "serve_mesh", "PROTOCOL_VERSION", "FRAMES_PATH", "HELLO_PATH",
+    "pack_frames", "unpack_frames", "REPLY_WITHIN",
     "Discovery", "SERVICE_TYPE",
-    "FaultPlan", "Verdict",
+    "FaultPlan", "Verdict", "watch_fault_file",
 ]  # fmt: skip

@@ -13,18 +13,25 @@ The effects of one event are carried out in order:
   POSTs with at most ``per_peer_concurrency`` requests in flight. A full queue drops
   the frame (counted; the engine retransmits data and gossips again); a failed send
   comes back as ``SendFailed(address)``. Idle lanes retire, so addresses that churn
-  leave nothing behind.
+  leave nothing behind. A ``SendFrame`` marked ``in_reply`` (an ack, a pong, a gossip or
+  repair reply) rides back in the response to the frame being handled, when its sender
+  is still waiting for one (see below); frames in a response are fed to the engine as
+  if they had arrived on their own. One HTTP exchange per data batch instead of two.
 * ``SetTimer(name, at_ms)`` replaces the timer of that name. One timer task sleeps
   until the earliest deadline (wall ms converted to ``trio.current_time()``) and
   fires ``TimerFired(name)`` once the clock has reached it: never early, because the
   engine ignores an early firing and would not re-arm that timer. Pending deadlines
   outlive the runtime: a new runtime for the same engine inherits them.
 * everything else is awaited in ``sink.apply(effect)``; a sink that raises is logged
-  and counted, and the runtime goes on.
+  and counted, and the runtime goes on. A run of consecutive ``StoreRemoteCell`` (one
+  data batch) goes to ``sink.apply_many`` when the sink has it, so the cells of one
+  batch can share one durable commit.
 
 Received frames hold one of ``frame_backlog`` slots until the engine has handled
 them, so a flood of frames pushes back on the HTTP handlers (and through them on
-the senders) while local events from :meth:`submit` are never refused.
+the senders) while local events from :meth:`submit` are never refused. A caller of
+:meth:`receive_frame` may wait up to ``reply_within`` seconds for the replies to its
+frame; past that it gets none, and the replies go out as frames of their own.
 """
 
 from __future__ import annotations
@@ -41,7 +48,9 @@ from typing import Any, Protocol
 import trio
 
 from ..engine import MeshEngine
-from ..events import Effect, Event, FrameReceived, SendFailed, SendFrame, SetTimer, Started, TimerFired
+from ..events import (
+    Effect, Event, FrameReceived, SendFailed, SendFrame, SetTimer, Started, StoreRemoteCell, TimerFired,
+)  # fmt: skip
 from .transport import SendError, Transport
 
 __all__ = ["MeshRuntime", "EffectSink", "wall_clock_ms"]
@@ -50,9 +59,22 @@ log = logging.getLogger("hyphae.mesh.runtime")
 
 
 class EffectSink(Protocol):
-    """Receives every effect that is not ``SendFrame``/``SetTimer``, in order."""
+    """Receives every effect that is not ``SendFrame``/``SetTimer``, in order.
+
+    A sink may also offer ``async apply_many(effects)`` for a run of ``StoreRemoteCell``
+    (the cells of one batch, independent of each other): it returns once all are applied.
+    """
 
     async def apply(self, effect: Effect) -> None: ...
+
+
+@dataclasses.dataclass(eq=False)
+class _ReplySlot:
+    """Replies to one received frame, for a sender that waits for them."""
+
+    frames: list[bytes] = dataclasses.field(default_factory=list)
+    done: trio.Event = dataclasses.field(default_factory=trio.Event)
+    abandoned: bool = False
 
 
 # Armed timers belong to the engine, not to one runtime: the engine emits ``SetTimer`` only
@@ -96,7 +118,7 @@ class MeshRuntime:
         self._peer_queue_limit = peer_queue_limit
         self._per_peer_concurrency = per_peer_concurrency
         self._lane_idle_timeout = lane_idle_timeout
-        self._events_tx, self._events_rx = trio.open_memory_channel[Event](math.inf)
+        self._events_tx, self._events_rx = trio.open_memory_channel[tuple[Event, _ReplySlot | None]](math.inf)
         self._frame_slots = trio.Semaphore(frame_backlog)
         self._timers = _PENDING_TIMERS.setdefault(engine, {})
         self._timers_changed = trio.Event()
@@ -115,7 +137,7 @@ class MeshRuntime:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._timer_loop)
-                await self._handle(Started())
+                await self._handle(Started(), None)
                 task_status.started()
                 await self._engine_loop()
         finally:
@@ -125,13 +147,27 @@ class MeshRuntime:
 
     def submit(self, event: Event) -> None:
         """Queue a local event (on the trio thread; never blocks). Handled in order."""
-        self._events_tx.send_nowait(event)
+        self._events_tx.send_nowait((event, None))
 
-    async def receive_frame(self, address: str, frame: bytes) -> None:
-        """Queue a frame from the network; waits while ``frame_backlog`` frames are pending."""
+    async def receive_frame(self, address: str, frame: bytes, *, reply_within: float | None = None) -> list[bytes]:
+        """Queue a frame from the network; waits while ``frame_backlog`` frames are pending.
+
+        With ``reply_within`` (seconds), also wait that long for the engine to handle it and
+        return the frames it sent in reply (``[]`` if it took longer: they go out on their own).
+        """
         await self._frame_slots.acquire()
         self.counters["frames_queued"] += 1
-        self._events_tx.send_nowait(FrameReceived(address, frame))
+        slot = _ReplySlot() if reply_within is not None else None
+        self._events_tx.send_nowait((FrameReceived(address, frame), slot))
+        if slot is None:
+            return []
+        with trio.move_on_after(reply_within):
+            await slot.done.wait()
+        if not slot.done.is_set():
+            slot.abandoned = True  # no checkpoint since the check: the engine task sees it
+            self.counters["replies_too_late"] += 1
+            return []
+        return slot.frames
 
     def status(self) -> dict[str, Any]:
         """``engine.status()`` plus the transport's and the runtime's own counters."""
@@ -151,14 +187,16 @@ class MeshRuntime:
     # -- the engine task ----------------------------------------------------------------
 
     async def _engine_loop(self) -> None:
-        async for event in self._events_rx:
+        async for event, slot in self._events_rx:
             try:
-                await self._handle(event)
+                await self._handle(event, slot)
             finally:
                 if isinstance(event, FrameReceived):
                     self._frame_slots.release()
+                if slot is not None:
+                    slot.done.set()
 
-    async def _handle(self, event: Event) -> None:
+    async def _handle(self, event: Event, slot: _ReplySlot | None) -> None:
         try:
             effects = self.engine.handle(event, self.clock())
         except Exception:
@@ -167,12 +205,25 @@ class MeshRuntime:
             log.exception("the mesh engine failed on %s", type(event).__name__)
             return
         self.counters["events"] += 1
-        for effect in effects:
+        i, n = 0, len(effects)
+        while i < n:
+            effect = effects[i]
+            i += 1
             if isinstance(effect, SendFrame):
-                self._enqueue_frame(effect)
+                if effect.in_reply and slot is not None and not slot.abandoned:
+                    slot.frames.append(effect.frame)
+                    self.counters["replies_in_response"] += 1
+                else:
+                    self._enqueue_frame(effect)
             elif isinstance(effect, SetTimer):
                 self._timers[effect.name] = effect.at_ms
                 self._timers_changed.set()
+            elif isinstance(effect, StoreRemoteCell) and hasattr(self.sink, "apply_many"):
+                run = [effect]
+                while i < n and isinstance(effects[i], StoreRemoteCell):
+                    run.append(effects[i])
+                    i += 1
+                await self._apply_many(run) if len(run) > 1 else await self._apply(effect)
             else:
                 await self._apply(effect)
 
@@ -184,6 +235,15 @@ class MeshRuntime:
             log.exception("the effect sink failed on %s", type(effect).__name__)
         else:
             self.counters["effects_applied"] += 1
+
+    async def _apply_many(self, effects: list[Effect]) -> None:
+        try:
+            await self.sink.apply_many(effects)  # type: ignore[attr-defined]
+        except Exception:
+            self.counters["sink_errors"] += 1
+            log.exception("the effect sink failed on a run of %d %s", len(effects), type(effects[0]).__name__)
+        else:
+            self.counters["effects_applied"] += len(effects)
 
     # -- timers -------------------------------------------------------------------------
 
@@ -202,7 +262,7 @@ class MeshRuntime:
             for name, at in list(self._timers.items()):
                 if at <= now:
                     del self._timers[name]
-                    self._events_tx.send_nowait(TimerFired(name))
+                    self._events_tx.send_nowait((TimerFired(name), None))
             await trio.lowlevel.checkpoint()
 
     # -- sending ------------------------------------------------------------------------
@@ -244,15 +304,21 @@ class MeshRuntime:
 
     async def _post(self, lane: _Lane, frame: bytes) -> None:
         try:
-            await self.transport.send(lane.address, frame)
+            replies = await self.transport.send(lane.address, frame)
         except SendError as exc:
             self.counters["send_failures"] += 1
             log.debug("%s", exc)
-            self._events_tx.send_nowait(SendFailed(lane.address))
+            self._events_tx.send_nowait((SendFailed(lane.address), None))
+            lane.slots.release()
+            return
         except Exception:  # a transport bug: report the failure, keep the runtime
             self.counters["send_failures"] += 1
             self.counters["transport_errors"] += 1
             log.exception("sending to %s failed unexpectedly", lane.address)
-            self._events_tx.send_nowait(SendFailed(lane.address))
-        finally:
+            self._events_tx.send_nowait((SendFailed(lane.address), None))
             lane.slots.release()
+            return
+        lane.slots.release()
+        for reply in replies or ():
+            self.counters["replies_received"] += 1
+            await self.receive_frame(lane.address, reply)

@@ -19,9 +19,18 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import logging
+import os
 import random
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["FaultPlan", "Verdict"]
+import trio
+
+__all__ = ["FaultPlan", "Verdict", "watch_fault_file"]
+
+log = logging.getLogger("hyphae.mesh.faults")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,6 +97,37 @@ class FaultPlan:
         self._delay.clear()
         self._loss.clear()
 
+    def apply_spec(self, spec: Mapping[str, Any]) -> None:
+        """Replace every fault with the ones ``spec`` describes (the JSON of :func:`watch_fault_file`)::
+
+            {"partition": ["127.0.0.1:7001", ...],        # no traffic to these (or hosts)
+             "delay": {"127.0.0.1:7002": 0.3, "*": 0.0},  # seconds before each frame leaves
+             "loss": {"*": 0.05}}                         # fraction of frames silently lost
+
+        Raises ``ValueError`` for anything else, leaving the plan as it was.
+        """
+        if not isinstance(spec, Mapping) or set(spec) - {"partition", "delay", "loss"}:
+            raise ValueError("a fault spec is a map with partition, delay and loss")
+        blocked = spec.get("partition") or []
+        delay, loss = spec.get("delay") or {}, spec.get("loss") or {}
+        if not isinstance(blocked, list) or not all(isinstance(a, str) for a in blocked):
+            raise ValueError("partition: a list of addresses")
+        for name, table, top in (("delay", delay, 3600.0), ("loss", loss, 1.0)):
+            if not isinstance(table, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and 0 <= v <= top for k, v in table.items()
+            ):
+                raise ValueError(f"{name}: a map of address to a number in [0, {top:g}]")
+        self.clear()
+        self.partition(*blocked)
+        for key, seconds in delay.items():
+            self.delay(float(seconds), key)
+        for key, probability in loss.items():
+            self.lose(float(probability), key)
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as a spec (what :meth:`apply_spec` takes)."""
+        return {"partition": sorted(self._blocked), "delay": dict(self._delay), "loss": dict(self._loss)}
+
     # -- consulting it -----------------------------------------------------------------
 
     def is_blocked(self, address: str) -> bool:
@@ -124,3 +164,34 @@ class FaultPlan:
             if key in table:
                 return table[key]
         return default
+
+
+async def watch_fault_file(plan: FaultPlan, path: str, *, interval: float = 0.1) -> None:
+    """Keep ``plan`` equal to the JSON spec in ``path`` (see :meth:`FaultPlan.apply_spec`).
+
+    A test hook for real processes: a test rewrites the file (write a temporary file, then
+    rename it over) and the daemon follows within ``interval``. A missing file means no
+    faults; a malformed one is logged and the previous plan kept.
+    """
+    seen: tuple[int, int] | None = None
+    while True:
+        try:
+            st = os.stat(path)
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp != seen:
+            seen = stamp
+            if stamp is None:
+                plan.clear()
+                log.warning("mesh faults: %s is gone, no faults", path)
+            else:
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        plan.apply_spec(json.load(f))
+                except (OSError, ValueError) as exc:
+                    log.error("mesh faults: %s ignored: %s", path, exc)
+                else:
+                    plan.counters["specs_loaded"] += 1
+                    log.warning("mesh faults from %s: %s", path, plan.describe())
+        await trio.sleep(interval)

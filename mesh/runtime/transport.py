@@ -1,8 +1,13 @@
 """Frames over HTTP: the client side (one shared ``httpx.AsyncClient``) and the mesh endpoint (ASGI).
 
 A sealed frame is the body of ``POST http://{address}/mesh/v1/frames``
-(``application/octet-stream``); the answer is ``202`` once the frame is queued for
-the engine. HTTP knows nothing else: authentication, replay and membership are the
+(``application/octet-stream``). The endpoint waits up to ``reply_within`` seconds for
+the engine to handle the frame: if it answered (an ack for a data batch, a pong, a
+gossip or repair reply), the answer is ``200`` with the reply frames in the body
+(``application/x-hyphae-frames``: each frame as a 4-byte big-endian length and the
+bytes); otherwise ``202`` with an empty body once the frame is queued, and the replies
+follow as requests of their own. So a data batch and its ack cost one HTTP exchange.
+HTTP knows nothing else: authentication, replay and membership are the
 engine's business (the frame is AEAD-sealed under the team key), so garbage is
 *accepted* here and counted as a drop by the engine, never answered with a 500.
 ``GET /mesh/v1/hello`` is public and carries no secret: the protocol version, the
@@ -42,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROTOCOL_VERSION", "FRAMES_PATH", "HELLO_PATH", "SendError", "Transport", "HttpTransport",
     "MemoryTransport", "MemoryHub", "MeshApp", "make_mesh_app", "bind_mesh_socket", "serve_mesh",
+    "pack_frames", "unpack_frames", "REPLY_WITHIN",
 ]  # fmt: skip
 
 log = logging.getLogger("hyphae.mesh.transport")
@@ -50,6 +56,29 @@ PROTOCOL_VERSION = WIRE_VERSION  # what /mesh/v1/hello and the zeroconf TXT reco
 FRAMES_PATH = "/mesh/v1/frames"
 HELLO_PATH = "/mesh/v1/hello"
 _CONTENT_TYPE = "application/octet-stream"
+_FRAMES_TYPE = b"application/x-hyphae-frames"
+REPLY_WITHIN = 1.0  # seconds the endpoint waits for the engine's replies before answering 202
+_MAX_REPLIES = 64
+
+
+def pack_frames(frames: list[bytes]) -> bytes:
+    """Frames as one body: each a 4-byte big-endian length and its bytes."""
+    return b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+
+
+def unpack_frames(body: bytes, max_frame_bytes: int) -> list[bytes]:
+    """The frames of a reply body; raises ``ValueError`` if it is not one."""
+    frames: list[bytes] = []
+    i = 0
+    while i < len(body):
+        if len(body) - i < 4 or len(frames) >= _MAX_REPLIES:
+            raise ValueError("truncated reply body")
+        size = int.from_bytes(body[i : i + 4], "big")
+        if size > max_frame_bytes or i + 4 + size > len(body):
+            raise ValueError("bad frame length in a reply body")
+        frames.append(body[i + 4 : i + 4 + size])
+        i += 4 + size
+    return frames
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):([0-9]{1,5})$")
 
 
@@ -65,9 +94,12 @@ class SendError(MeshError):
 
 
 class Transport(Protocol):
-    """What :class:`~mesh.runtime.driver.MeshRuntime` needs to move frames."""
+    """What :class:`~mesh.runtime.driver.MeshRuntime` needs to move frames.
 
-    async def send(self, address: str, frame: bytes) -> None: ...
+    ``send`` returns the frames the peer sent back in reply (possibly none).
+    """
+
+    async def send(self, address: str, frame: bytes) -> list[bytes]: ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -81,6 +113,7 @@ class PeerTraffic:
     in_flight: int = 0
     bytes_sent: int = 0
     lost: int = 0  # dropped by a FaultPlan's loss rule
+    replies: int = 0  # frames the peer answered with in its responses
     last_error: str | None = None
 
 
@@ -108,8 +141,8 @@ class _Counted:
         traffic.last_error = reason
         return SendError(reason, f"send to {address} failed: {message}")
 
-    async def send(self, address: str, frame: bytes) -> None:
-        """Deliver one frame to ``address`` ("host:port"); raises :class:`SendError`."""
+    async def send(self, address: str, frame: bytes) -> list[bytes]:
+        """Deliver one frame to ``address`` ("host:port"); its replies. Raises :class:`SendError`."""
         traffic = self._traffic(address)
         if self._closed:
             raise self._fail(traffic, address, SendError.CLOSED, "the transport is closed")
@@ -123,14 +156,16 @@ class _Counted:
                     await trio.sleep(verdict.delay)
                 if verdict.lost:
                     traffic.lost += 1
-                    return
-                await self._deliver(traffic, address, frame)
+                    return []
+                replies = await self._deliver(traffic, address, frame)
             finally:
                 traffic.in_flight -= 1
         traffic.sent += 1
         traffic.bytes_sent += len(frame)
+        traffic.replies += len(replies)
+        return replies
 
-    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> None:
+    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> list[bytes]:
         raise NotImplementedError
 
     def status(self) -> dict[str, Any]:
@@ -142,6 +177,7 @@ class _Counted:
             "in_flight": sum(t.in_flight for t in self.peers.values()),
             "peers": peers,
             "faults": dict(self.faults.counters) if self.faults is not None else {},
+            "fault_plan": self.faults.describe() if self.faults is not None else None,
         }
 
 
@@ -155,9 +191,10 @@ class HttpTransport(_Counted):
 
     def __init__(
         self, *, client: httpx.AsyncClient | None = None, faults: FaultPlan | None = None, timeout: float = 5.0,
-        per_peer_concurrency: int = 4,
+        per_peer_concurrency: int = 4, max_frame_bytes: int = 4 * 1024 * 1024,
     ) -> None:  # fmt: skip
         super().__init__(faults, per_peer_concurrency)
+        self.max_frame_bytes = max_frame_bytes
         self._owns_client = client is None
         self._timeout = httpx.Timeout(timeout)
         self.client = client or httpx.AsyncClient(
@@ -176,7 +213,7 @@ class HttpTransport(_Counted):
             url = self._urls[address] = f"http://{address}{FRAMES_PATH}"
         return url
 
-    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> None:
+    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> list[bytes]:
         url = self._url(address)
         if url is None:
             raise self._fail(traffic, address, SendError.BAD_ADDRESS, "not a host:port address")
@@ -190,6 +227,13 @@ class HttpTransport(_Counted):
             raise self._fail(traffic, address, SendError.CONNECT_FAILED, f"{type(exc).__name__}: {exc}") from None
         if not 200 <= response.status_code < 300:
             raise self._fail(traffic, address, SendError.HTTP_STATUS, f"HTTP {response.status_code}")
+        if response.status_code != 200 or not response.content:
+            return []
+        try:
+            return unpack_frames(response.content, self.max_frame_bytes)
+        except ValueError as exc:  # the frame was delivered; only its replies are lost (the engine copes)
+            traffic.last_error = str(exc)
+            return []
 
     async def aclose(self) -> None:
         """Refuse further sends; close the client if this transport made it."""
@@ -221,11 +265,11 @@ class MemoryTransport(_Counted):
         self.hub = hub
         self.source = source
 
-    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> None:
+    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> list[bytes]:
         runtime = self.hub.runtimes.get(address)
         if runtime is None:
             raise self._fail(traffic, address, SendError.CONNECT_FAILED, "nothing listens there")
-        await runtime.receive_frame(self.source, frame)
+        return await runtime.receive_frame(self.source, frame, reply_within=REPLY_WITHIN)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -245,10 +289,14 @@ class _Disconnected(Exception):
 class MeshApp:
     """The ASGI app of the mesh port. Counts what it refuses in ``runtime.counters``."""
 
-    def __init__(self, runtime: MeshRuntime, *, max_frame_bytes: int, faults: FaultPlan | None = None) -> None:
+    def __init__(
+        self, runtime: MeshRuntime, *, max_frame_bytes: int, faults: FaultPlan | None = None,
+        reply_within: float = REPLY_WITHIN,
+    ) -> None:  # fmt: skip
         self.runtime = runtime
         self.max_frame_bytes = max_frame_bytes
         self.faults = faults
+        self.reply_within = reply_within
         engine = runtime.engine
         self._hello = json.dumps(
             {"protocol": PROTOCOL_VERSION, "team_hash": engine.config.team.id_hash, "node_id": engine.node_id}
@@ -295,13 +343,16 @@ class MeshApp:
             counters["http_disconnected"] += 1
             return
         try:
-            await self.runtime.receive_frame(source, frame)
+            replies = await self.runtime.receive_frame(source, frame, reply_within=self.reply_within)
         except Exception:  # the runtime is shutting down; tell the peer to try later
             log.debug("frame from %s not queued", source, exc_info=True)
             counters["http_unavailable"] += 1
             await _respond(send, 503, b"not running\n")
             return
-        await _respond(send, 202, b"")
+        if replies:
+            await _respond(send, 200, pack_frames(replies), content_type=_FRAMES_TYPE)
+        else:
+            await _respond(send, 202, b"")
 
 
 def make_mesh_app(runtime: MeshRuntime, *, max_frame_bytes: int, faults: FaultPlan | None = None) -> MeshApp:

@@ -149,6 +149,7 @@ class MeshNode:
         self.process: subprocess.Popen | None = None
         self.info: dict[str, Any] = {}
         self.starts = 0
+        self.env: dict[str, str] = {}  # extra environment of the daemon (test hooks), kept across restarts
         self._http: httpx.Client | None = None
 
     def __repr__(self) -> str:
@@ -194,7 +195,7 @@ class MeshNode:
             out.flush()
             self.process = subprocess.Popen(
                 [*HYPHAE, "--home", str(self.home), *args], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )  # fmt: skip
         self.lab.processes.append(self.process)
 
@@ -227,6 +228,38 @@ class MeshNode:
         self.launch(peers=peers, discovery=discovery, extra=extra)
         self.wait_serving(timeout)
         return self
+
+    def kill(self) -> int | None:
+        """SIGKILL, no warning (a crash); returns the exit code once reaped."""
+        self._close_http()
+        if self.process is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        return self.process.wait(GRACE)
+
+    # -- test hooks (read by the daemon from its environment; see node/mesh_node.py)
+
+    @property
+    def faults_file(self) -> Path:
+        return self.home.parent / f"{self.name}-faults.json"
+
+    def hook_faults(self) -> None:
+        """From the next start on, the daemon's mesh transport follows :meth:`set_faults`."""
+        self.set_faults()
+        self.env["HYPHAE_MESH_FAULTS"] = str(self.faults_file)
+
+    def set_faults(self, *, partition: Iterable[str] = (), delay: dict[str, float] | None = None,
+                   loss: dict[str, float] | None = None) -> None:  # fmt: skip
+        """Replace the running daemon's faults (written atomically; it re-reads within 0.1 s)."""
+        spec = {"partition": list(partition), "delay": delay or {}, "loss": loss or {}}
+        scratch = self.faults_file.with_suffix(".tmp")
+        scratch.write_text(json.dumps(spec))
+        os.replace(scratch, self.faults_file)
+
+    def skew_clock(self, offset_ms: int) -> None:
+        """From the next start on, the whole node's clock runs ``offset_ms`` off the wall clock."""
+        self.env["HYPHAE_CLOCK_OFFSET_MS"] = str(offset_ms)
 
     def stop(self, grace: float = GRACE) -> int | None:
         """SIGTERM, then SIGKILL after ``grace``; returns the exit code."""

@@ -168,7 +168,7 @@ def test_outsider_can_neither_read_nor_inject_and_garbage_is_counted(nodes) -> N
 
     # -- insider forgeries -----------------------------------------------------------------
     accepted = a.peers()["cells_delivered"]
-    assert post_frame(a, valid).status_code == 202  # a member's valid frame: accepted
+    assert post_frame(a, valid).status_code in (200, 202)  # a member's valid frame: accepted (200 carries its ack)
     wait_until(lambda: a.peers()["cells_delivered"] == accepted + 1, 5.0, message="the insider's valid frame")
     before = drops(a)
     assert post_frame(a, valid).status_code == 202  # the same bytes again
@@ -177,19 +177,19 @@ def test_outsider_can_neither_read_nor_inject_and_garbage_is_counted(nodes) -> N
     # the same diff in a fresh frame (new nonce): a duplicate, not a second cell
     (valid_diff,) = decode_diffs(team, valid)
     before = drops(a)
-    assert post_frame(a, insider.frame(valid_diff)).status_code == 202
+    assert post_frame(a, insider.frame(valid_diff)).status_code in (200, 202)
     wait_drop(a, "duplicate", before)
 
     diff = insider.cell_diff("insider fact with a forged signature")
     forged = type(diff)(diff.kind, diff.origin, diff.seq, diff.ts, diff.payload, diff.signed,
                         bytes([diff.signature[0] ^ 0x01]) + diff.signature[1:], diff.hops, diff.ttl)  # fmt: skip
     before = drops(a)
-    assert post_frame(a, insider.frame(forged)).status_code == 202
+    assert post_frame(a, insider.frame(forged)).status_code in (200, 202)
     wait_drop(a, "bad_signature", before)
 
     future = insider.cell_diff("insider fact from the future", ts=int(time.time() * 1000) + 20 * 60_000)
     before = drops(a)
-    assert post_frame(a, insider.frame(future)).status_code == 202
+    assert post_frame(a, insider.frame(future)).status_code in (200, 202)
     wait_drop(a, "future", before)
     before = drops(a)  # a whole frame stamped ahead
     ahead = insider.frame(insider.cell_diff("late"), sent_at=int(time.time() * 1000) + 20 * 60_000)

@@ -1,10 +1,19 @@
-"""What a node does when peers come and go: repair on reconnect, but not on every flap."""
+"""What a node does when peers come and go, or when it restarts itself.
+
+Repair on reconnect, but not on every flap; a restarted node starts from the control
+state it had (members, addresses, beacons) instead of from nothing; a node back on a
+new address is found there again.
+"""
 
 from __future__ import annotations
 
-from mesh.events import SendFailed
+import random
 
-from .test_engine import Mesh
+from mesh.config import MeshConfig
+from mesh.engine import MeshEngine
+from mesh.events import BeaconPlaced, CellStored, SendFailed, SendFrame
+
+from .test_engine import ENERGY, Mesh, beacon, cell, near, unit
 
 
 def test_a_flapping_peer_costs_one_repair_per_interval_not_one_per_flap():
@@ -21,3 +30,52 @@ def test_a_flapping_peer_costs_one_repair_per_interval_not_one_per_flap():
     assert flips == 10
     requested = alice.counters.repairs_requested - start
     assert 1 <= requested <= 15_000 // alice.config.repair_min_interval_ms + 1, requested
+
+
+def restart(mesh: Mesh, name: str, *, address: str | None = None) -> str:
+    """Stop ``name`` and start a new engine for it on the same key and log (at ``address``)."""
+    old = mesh[name].engine
+    address = address or name
+    if address == name:
+        mesh.net.hosts.pop(name)  # its pending timers reach the new engine, which ignores what it did not set
+    engine = MeshEngine(
+        old.node_id, MeshConfig(team=old.config.team, address=address), old.store, energy=ENERGY,
+        signer=old._sign, public_key=old.public_key, rng=random.Random(address),
+    )  # fmt: skip
+    mesh.net.add(engine)
+    mesh.net.start(address)
+    return address
+
+
+def test_a_restarted_node_routes_its_first_store_from_the_control_state_it_had():
+    mesh = Mesh("alice", "bob", "carol")
+    wanted = beacon(unit(1))
+    mesh.do("bob", BeaconPlaced(wanted))
+    mesh.settle()
+    restart(mesh, "alice")
+    alice = mesh["alice"].engine
+    assert len(alice.peers) == 2 and len(alice.beacons) == 1  # before a single frame came in
+    assert alice.control.digest() == mesh["bob"].engine.control.digest() | {alice.node_id: alice.control.version(alice.node_id)}
+    stored = cell(near(unit(1), 0.9), at=mesh.net.now)
+    effects = mesh.net.inject("alice", CellStored(stored))
+    data = [e for e in effects if isinstance(e, SendFrame) and not e.is_control]
+    assert [e.address for e in data] == ["bob"]  # pushed at once, not after repair
+    mesh.run(2000)
+    assert stored.node_id in mesh["bob"].cells and stored.node_id not in mesh["carol"].cells
+
+
+def test_a_node_back_on_a_new_address_is_relearned_by_everyone():
+    mesh = Mesh("alice", "bob", "carol")
+    mesh.do("bob", BeaconPlaced(beacon(unit(2))))
+    mesh.settle()
+    bob_id = mesh["bob"].node_id
+    mesh.net.partition(["bob"])  # down: nothing reaches it or leaves it any more
+    mesh.run(20_000)
+    assert mesh["alice"].engine.peers.get(bob_id).state.value == "dead"
+    restart(mesh, "bob", address="bob-2")  # no PeerDiscovered: it knows alice and carol from its log
+    for name in ("alice", "carol"):
+        assert mesh.net.run_until(mesh.net.now + 5000, lambda: mesh[name].engine.peers.get(bob_id).address == "bob-2"
+                                  and mesh[name].engine.peers.get(bob_id).state.value == "alive"), name  # fmt: skip
+    stored = cell(near(unit(2), 0.9), at=mesh.net.now)
+    mesh.do("carol", CellStored(stored))
+    assert mesh.net.run_until(mesh.net.now + 2000, lambda: stored.node_id in mesh["bob-2"].cells)

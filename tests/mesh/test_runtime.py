@@ -350,6 +350,9 @@ async def test_a_cell_reaches_the_interested_node_only(capsys):
             assert got.cell == stored and got.origin_node == a.node_id and got.hops == 1
             assert c.sink.cells() == {}
             assert a.runtime.status()["transport"]["failed"] == 0
+            # Each data batch was acknowledged in the response to its own POST: no ACK request.
+            assert b.runtime.counters["replies_in_response"] >= 5 and a.runtime.counters["replies_received"] >= 5
+            assert a.engine.outbox.inflight(b.node_id) == 0
             nursery.cancel_scope.cancel()
     with capsys.disabled():
         print(f"\nA store -> B sink over loopback HTTP: first {latencies[0]:.1f} ms, "

@@ -10,12 +10,14 @@ import pytest
 import trio
 
 from mesh.errors import Reason
+from mesh.identity import NodeIdentity
 from mesh.runtime import (
-    FRAMES_PATH, HELLO_PATH, PROTOCOL_VERSION, FaultPlan, HttpTransport, MeshRuntime, SendError, bind_mesh_socket,
-    make_mesh_app, serve_mesh,
+    FRAMES_PATH, HELLO_PATH, PROTOCOL_VERSION, FaultPlan, HttpTransport, MeshApp, MeshRuntime, SendError,
+    bind_mesh_socket, make_mesh_app, pack_frames, serve_mesh, unpack_frames,
 )  # fmt: skip
 from mesh.team import Team
 from mesh.testing import make_engine
+from mesh.wire import Envelope, MsgType, decode_envelope, encode_envelope
 from node.energy import EnergyModel
 
 ENERGY = EnergyModel()
@@ -266,3 +268,64 @@ async def test_over_a_real_socket_garbage_is_accepted_and_counted_by_the_engine(
             assert (await client.get(HELLO_PATH)).status_code == 200  # still serving
             nursery.cancel_scope.cancel()
     await runtime.transport.aclose()
+
+
+# -- replies in the response --------------------------------------------------------------
+
+
+def test_reply_bodies_round_trip_and_garbage_is_refused():
+    frames = [b"", b"a", b"x" * 70_000]
+    assert unpack_frames(pack_frames(frames), 100_000) == frames
+    assert unpack_frames(b"", 100) == []
+    for bad in (b"\x00\x00", b"\x00\x00\x00\x05abc", pack_frames([b"x" * 200])):
+        with pytest.raises(ValueError):
+            unpack_frames(bad, 100)
+
+
+def ping_frame(team: Team, nonce: int) -> bytes:
+    who = NodeIdentity.generate()
+    env = Envelope(MsgType.PING, wall_ms(), "127.0.0.1:2", {who.node_id: (who.public_key, team.membership_proof(who.public_key))},
+                   nonce=nonce)  # fmt: skip
+    return team.sealer().seal(who.node_id, encode_envelope(env))
+
+
+def wall_ms() -> int:
+    import time
+
+    return time.time_ns() // 1_000_000
+
+
+async def test_the_answer_to_a_frame_rides_back_in_the_response(runtime, team):
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            status, headers, body = await call_asgi(make_mesh_app(runtime, max_frame_bytes=MAX_FRAME), "POST",
+                                                    FRAMES_PATH, [ping_frame(team, 7)])  # fmt: skip
+            assert status == 200 and headers["content-type"] == "application/x-hyphae-frames"
+            (reply,) = unpack_frames(body, MAX_FRAME)
+            _, _, plaintext = team.sealer().open(reply)
+            pong = decode_envelope(plaintext)
+            assert pong.type is MsgType.PONG and pong.nonce == 7
+            assert runtime.counters["replies_in_response"] == 1
+
+            # A sender that cannot wait (reply_within 0) gets 202; the pong goes out as a request.
+            app = MeshApp(runtime, max_frame_bytes=MAX_FRAME, reply_within=0)
+            status, _, body = await call_asgi(app, "POST", FRAMES_PATH, [ping_frame(team, 8)])
+            assert status == 202 and body == b""
+            assert runtime.counters["replies_too_late"] == 1
+            while runtime.counters["events"] < 3:  # Started, two frames: the pong went to a send lane
+                await trio.sleep(0.01)
+            assert runtime.counters["replies_in_response"] == 1
+            nursery.cancel_scope.cancel()
+    await runtime.transport.aclose()
+
+
+async def test_the_client_hands_back_the_frames_of_a_200():
+    transport = HttpTransport(
+        client=mock_client(lambda request: httpx.Response(200, content=pack_frames([b"one", b"two"]))),
+        max_frame_bytes=100,
+    )  # fmt: skip
+    assert await transport.send("127.0.0.1:9", b"frame") == [b"one", b"two"]
+    broken = HttpTransport(client=mock_client(lambda request: httpx.Response(200, content=b"\x00\x00\x00\xffno")))
+    assert await broken.send("127.0.0.1:9", b"frame") == []  # delivered; the replies are lost, not the frame
+    assert broken.status()["failed"] == 0
