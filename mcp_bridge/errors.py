@@ -12,6 +12,7 @@ a stable ``code`` and on ``data.reason``::
     not_found          -32004   server error: no such id     404
     conflict           -32009   server error: wrong state    -
     unavailable        -32050   server error: try later      503
+    disk_full          -32050   server error: try later      507
     rate_limited       -32029   server error: slow down      429, Retry-After
     internal           -32603   internal error               500
 
@@ -62,6 +63,7 @@ REASON_CODES: dict[str, int] = {
     "not_found": NOT_FOUND,
     "conflict": CONFLICT,
     "unavailable": UNAVAILABLE,
+    "disk_full": UNAVAILABLE,
     "rate_limited": RATE_LIMITED,
     "internal": INTERNAL_ERROR,
 }

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import Unavailable
+from .errors import DiskFull, Unavailable
 from .schema import migrate
 from .waking import Waker, current_waker, wake_all
 
@@ -222,7 +222,7 @@ class Database:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             log.error("write batch of %d failed: %s", len(batch), exc)
-            error = Unavailable(f"the database could not commit: {exc}")
+            error = _commit_error(exc, self.path)
             for job in batch:
                 job.future.set_exception(error)
             wake_all(job.waker for job in batch)
@@ -241,3 +241,15 @@ class Database:
                 job.future.set_exception(value)
         wake_all(job.waker for job in batch)
 
+
+def _commit_error(exc: sqlite3.Error, path: Path) -> Unavailable:
+    """What the callers of a batch that could not commit are told.
+
+    SQLITE_FULL (no space for the database, its WAL or its journal) is the one failure a
+    user can act on, so it gets its own reason; the batch was rolled back and the
+    database stays consistent, so freeing space is all it takes to write again.
+    """
+    if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL:
+        log.error("the disk holding %s is full: writes are refused until space is freed", path)
+        return DiskFull("the node's disk is full: nothing was stored; free some space and retry (reads still work)")
+    return Unavailable(f"the database could not commit: {exc}")

@@ -10,7 +10,8 @@ Every failure a caller can cause or observe is a :class:`HyphaeError` with a sta
     ├── Forbidden                    forbidden         caller: outside the key's read scope
     ├── NotFound                     not_found         caller: no such id in scope
     ├── Conflict                     conflict          caller: the state does not allow it
-    ├── Unavailable                  unavailable       local: disk full, endpoint down, ...
+    ├── Unavailable                  unavailable       local: endpoint down, database closed, ...
+    │   └── DiskFull                 disk_full         local: the data dir's disk is full
     └── ConfigError                  misconfigured     local: data dir or config.toml unusable
 
 ``field`` names the offending argument where there is one, so a client can point at it.
@@ -29,6 +30,7 @@ __all__ = [
     "NotFound",
     "Conflict",
     "Unavailable",
+    "DiskFull",
     "ConfigError",
 ]
 
@@ -87,6 +89,17 @@ class Conflict(HyphaeError):
 class Unavailable(HyphaeError):
     reason = "unavailable"
     http_status = 503
+
+
+class DiskFull(Unavailable):
+    """A write found no space on the data dir's disk: nothing was written, reads still work.
+
+    507 Insufficient Storage over REST; over MCP the code of ``unavailable`` (try later) with
+    ``data.reason`` ``disk_full``, so a client that only knows the codes still backs off.
+    """
+
+    reason = "disk_full"
+    http_status = 507
 
 
 class ConfigError(HyphaeError):

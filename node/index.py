@@ -33,11 +33,13 @@ which keeps writers out but lets searches continue.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import pathlib
 import secrets
+import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -276,40 +278,57 @@ class LayerIndex:
             self.covered_seq = max(self.covered_seq, covered_seq)
 
     def save(self) -> None:
-        """Write the index and its meta atomically (see the module docstring)."""
+        """Write the index and its meta atomically (see the module docstring).
+
+        If anything fails before the commit point (a full disk, above all), the new files are
+        deleted, the previous pair stays the loadable one, and the error is raised.
+        """
         with self._save_lock:
             self.directory.mkdir(parents=True, exist_ok=True)
             index_name = f"{self.layer}-{secrets.token_hex(8)}.hnsw"
             index_path = self.directory / index_name
-            with self._lock.read():
-                self._index.save_index(str(index_path))
-                meta: dict[str, Any] = {
-                    "format": FORMAT_VERSION,
-                    "layer": self.layer,
-                    "dim": self.dim,
-                    "space": self.space,
-                    "count": self._index.element_count,
-                    "removed": sorted(self._removed),
-                    "covered_seq": self.covered_seq,
-                    "capacity": self._index.get_max_elements(),
-                    "m": self._index.M,
-                    "ef_construction": self._index.ef_construction,
-                    "ef_search": self.ef_search,
-                    "index_file": index_name,
-                }
-                saved_dirty = self._dirty
-            _fsync_file(index_path)
-            meta["checksum"] = _blake2b_file(index_path)
             temp_meta = self.directory / f".{self.layer}.meta.{secrets.token_hex(8)}.tmp"
-            with open(temp_meta, "wb") as fh:
-                fh.write(json.dumps(meta, indent=1).encode())
-                fh.flush()
-                os.fsync(fh.fileno())
+            try:
+                saved_dirty = self._write_new_pair(index_path, temp_meta)
+            except BaseException:
+                index_path.unlink(missing_ok=True)
+                temp_meta.unlink(missing_ok=True)
+                raise
             os.replace(temp_meta, self.meta_path)
             _fsync_dir(self.directory)
             with self._lock.write():
                 self._dirty -= saved_dirty
             self._remove_orphans(keep=index_name)
+
+    def _write_new_pair(self, index_path: pathlib.Path, temp_meta: pathlib.Path) -> int:
+        """Steps 1 and 2 of the save protocol up to the rename; returns the changes it covers."""
+        with self._lock.read():
+            self._index.save_index(str(index_path))
+            meta: dict[str, Any] = {
+                "format": FORMAT_VERSION,
+                "layer": self.layer,
+                "dim": self.dim,
+                "space": self.space,
+                "count": self._index.element_count,
+                "removed": sorted(self._removed),
+                "covered_seq": self.covered_seq,
+                "capacity": self._index.get_max_elements(),
+                "m": self._index.M,
+                "ef_construction": self._index.ef_construction,
+                "ef_search": self.ef_search,
+                "index_file": index_path.name,
+            }
+            saved_dirty = self._dirty
+        _fsync_file(index_path)
+        # hnswlib does not check its writes: on a full disk it leaves a short file and
+        # returns as if all went well, and a checksum of that file would bless it.
+        _check_hnsw_file_complete(index_path)
+        meta["checksum"] = _blake2b_file(index_path)
+        with open(temp_meta, "wb") as fh:
+            fh.write(json.dumps(meta, indent=1).encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+        return saved_dirty
 
     def _remove_orphans(self, *, keep: str) -> None:
         """Delete this layer's index files other than `keep`, and temp files of crashed saves."""
@@ -413,6 +432,43 @@ def _blake2b_file(path: pathlib.Path) -> str:
         while chunk := fh.read(_HASH_CHUNK):
             digest.update(chunk)
     return "blake2b:" + digest.hexdigest()
+
+
+_HNSW_HEADER = struct.Struct("<QQQQQQiIQQQdQ")  # hnswlib's saveIndex header, 96 bytes
+
+
+def _check_hnsw_file_complete(path: pathlib.Path) -> None:
+    """Raise ENOSPC unless ``path`` holds every byte hnswlib's header promises.
+
+    The layout: the header (element count, bytes per element, ...), the level-0 block of
+    count x bytes-per-element, in chroma-hnswlib a float32 norm per element, then for each
+    element a uint32 size and that many bytes of upper-level links. Both layouts (with and
+    without the norms) are accepted; a file that ends early or late fits neither.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        header = fh.read(_HNSW_HEADER.size)
+        if len(header) == _HNSW_HEADER.size:
+            count, per_element = _HNSW_HEADER.unpack(header)[2:4]
+            level0_end = _HNSW_HEADER.size + count * per_element
+            for links_at in (level0_end + 4 * count, level0_end):
+                if links_at > size:
+                    continue
+                fh.seek(links_at)
+                if _links_end(fh.read(size - links_at), count) == size - links_at:
+                    return
+    raise OSError(errno.ENOSPC, "hnswlib wrote a short index file (is the disk full?)", str(path))
+
+
+def _links_end(tail: bytes, count: int) -> int:
+    """Where ``count`` (uint32 size, bytes) link lists starting at ``tail[0]`` end; -1 if cut short."""
+    at = 0
+    for _ in range(count):
+        if at + 4 > len(tail):
+            return -1
+        (length,) = struct.unpack_from("<I", tail, at)
+        at += 4 + length
+    return at if at <= len(tail) else -1
 
 
 def _fsync_file(path: pathlib.Path) -> None:

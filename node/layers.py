@@ -18,9 +18,11 @@ indexer falls behind, commits wait for it rather than let memory grow.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -28,8 +30,9 @@ from .catalog import CellCatalog
 from .cells import LAYERS
 from .database import Database
 from .index import LayerIndex
+from .progress import Progress as ProgressBar
 
-__all__ = ["LayerSet"]
+__all__ = ["LayerSet", "RebuildProgress"]
 
 log = logging.getLogger("hyphae.layers")
 
@@ -38,6 +41,45 @@ NearDuplicates = Callable[[list[tuple[int, int, float]]], None]
 _CHUNK = 20_000
 _INDEX_BATCH = 2048
 _FRESH_LIMIT = 16_384
+
+
+class RebuildProgress:
+    """The default ``progress`` of :meth:`LayerSet.open`: rebuilds show that they move.
+
+    With stderr on a terminal, a one-line bar per layer (``node.progress``); otherwise (a
+    daemon writing its log to a file) a log line at every tenth of the way, with the
+    percentage, so whoever reads the log of a slow start sees what it is doing.
+    """
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.terminal = bool(getattr(self.stream, "isatty", None) and self.stream.isatty())
+        self._layer: str | None = None
+        self._bar: ProgressBar | None = None
+        self._logged_tenth = -1
+
+    def __call__(self, layer: str, done: int, total: int) -> None:
+        if not total:
+            return
+        if layer != self._layer:
+            self._finish()
+            self._layer, self._logged_tenth = layer, -1
+            if self.terminal:
+                self._bar = ProgressBar(f"indexing {layer}", total, enabled=True, stream=self.stream)
+        if self._bar is not None:
+            self._bar.update(done, total)
+        else:
+            tenth = 10 * done // total
+            if tenth > self._logged_tenth:
+                self._logged_tenth = tenth
+                log.warning("indexing the %s layer: %d%% (%d/%d rows)", layer, 100 * done // total, done, total)
+        if done >= total:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        self._bar, self._layer = None, None
 
 
 class _Fresh:
@@ -119,37 +161,62 @@ class LayerSet:
         return LayerIndex(self.index_dir, layer, self.dim, self.space, **self._index_options)
 
     def open(self, progress: Progress | None = None) -> dict[str, str]:
-        """Load the catalogue and each index, catching up or rebuilding. Blocking."""
+        """Load the catalogue and each index, catching up or rebuilding. Blocking.
+
+        A layer whose files are missing (while the database has members for it), corrupt
+        or stale is rebuilt from SQLite, after a warning that says why. ``progress(layer,
+        done, total)`` follows every rebuild and any catch-up longer than one chunk; by
+        default a :class:`RebuildProgress` (a bar on a terminal, log lines otherwise). A
+        caller that passes its own is driving a rebuild it asked for (``hyphae reindex``) and
+        reports it itself, so the reason is then logged at INFO rather than WARNING.
+        """
+        why_level = logging.WARNING if progress is None else logging.INFO
+        progress = progress if progress is not None else RebuildProgress()
         conn = self.db.reader()
         rows = conn.execute(
             "SELECT rowid, node_id, tenant_id, project, cell_type, source_agent, forgotten_at IS NULL FROM cells"
         )
         self.catalog.add_many((*r[:6], bool(r[6])) for r in rows)
-        for layer, index in self.indexes.items():
+        for layer in LAYERS:
+            index = self.indexes[layer]
             outcome = index.load()
-            if not outcome.loaded and outcome.reason != "missing":
-                log.warning("rebuilding the %s index from the database: %s", layer, outcome.reason)
-            added = self._catch_up(layer, index, progress)
-            state = "loaded" if outcome.loaded else f"rebuilt ({outcome.reason})"
+            members, last_seq = conn.execute(
+                "SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM layer_members WHERE layer = ?", (layer,)
+            ).fetchone()
+            reason = None if outcome.loaded else outcome.reason
+            if outcome.loaded and last_seq < index.covered_seq:
+                # The files cover members this database never had (a database restored from
+                # a backup, or another data dir's files): not ours.
+                reason = f"stale: the files cover row {index.covered_seq}, the database ends at {last_seq}"
+                index = self.indexes[layer] = self._new_index(layer)
+            if reason is not None and (members or reason != "missing"):
+                log.log(why_level, "rebuilding the %s index from the database (%d rows): %s", layer, members, reason)
+            behind = members if reason is not None else self._members_after(layer, index.covered_seq)
+            report = progress if reason is not None or behind > _CHUNK else None
+            added = self._catch_up(layer, index, report)
+            state = "loaded" if reason is None else f"rebuilt ({reason})"
             self.open_report[layer] = f"{state}, {added} rows added, {len(index)} live"
-            if added or not outcome.loaded:
-                index.save()
+            if added or reason is not None:
+                self._save_index(layer, index)
         return self.open_report
 
+    def _members_after(self, layer: str, seq: int) -> int:
+        (count,) = self.db.reader().execute(
+            "SELECT COUNT(*) FROM layer_members WHERE layer = ? AND seq > ?", (layer, seq)
+        ).fetchone()
+        return count
+
     def _catch_up(self, layer: str, index: LayerIndex, progress: Progress | None) -> int:
+        """Add the layer's members newer than the index's watermark; returns how many were added."""
         conn = self.db.reader()
         (last_seq,) = conn.execute(
             "SELECT COALESCE(MAX(seq), 0) FROM layer_members WHERE layer = ?", (layer,)
         ).fetchone()
-        if last_seq < index.covered_seq:
-            # The files cover members this database never had: not ours.
-            log.warning("the %s index is ahead of the database; rebuilding", layer)
-            index = self.indexes[layer] = self._new_index(layer)
         start = index.covered_seq
-        (total,) = conn.execute(
-            "SELECT COUNT(*) FROM layer_members WHERE layer = ? AND seq > ?", (layer, start)
-        ).fetchone()
-        added = 0
+        total = self._members_after(layer, start)
+        if progress and total:
+            progress(layer, 0, total)
+        added = scanned = 0
         while True:
             rows = conn.execute(
                 """SELECT m.seq, m.cell_rowid, c.embedding, c.embedding_space, c.forgotten_at
@@ -160,6 +227,7 @@ class LayerSet:
             if not rows:
                 break
             start = rows[-1][0]
+            scanned += len(rows)
             usable = [r for r in rows if r[4] is None and r[3] == self.space]
             if usable:
                 labels = np.array([r[1] for r in usable], dtype=np.int64)
@@ -169,7 +237,7 @@ class LayerSet:
             else:
                 index.covered_seq = max(index.covered_seq, start)
             if progress:
-                progress(layer, min(added, total), total)
+                progress(layer, min(scanned, total), total)
         index.covered_seq = max(index.covered_seq, last_seq)
         return added
 
@@ -297,11 +365,29 @@ class LayerSet:
                 hits = sorted(best.items(), key=lambda item: item[1])[:k]
         return hits
 
-    def save(self, min_dirty: int = 1) -> None:
-        """Persist every index with at least ``min_dirty`` unsaved changes. Blocking."""
-        for index in self.indexes.values():
+    def save(self, min_dirty: int = 1) -> bool:
+        """Persist every index with at least ``min_dirty`` unsaved changes. Blocking.
+
+        Never raises for a failed save (a full disk, above all): the files are a cache, the
+        previous ones stay valid, and the next start catches up from the database. Returns
+        False when some index could not be saved.
+        """
+        saved = True
+        for layer, index in self.indexes.items():
             if index.dirty >= min_dirty:
-                index.save()
+                saved &= self._save_index(layer, index)
+        return saved
+
+    def _save_index(self, layer: str, index: LayerIndex) -> bool:
+        try:
+            index.save()
+        except (OSError, RuntimeError) as exc:
+            log.warning(
+                "could not save the %s index (%s); the previous files stay valid and the next start "
+                "catches up from the database", layer, exc,
+            )
+            return False
+        return True
 
     def sizes(self) -> dict[str, int]:
         return {layer: len(index) + len(self._fresh[layer]) for layer, index in self.indexes.items()}

@@ -1,0 +1,164 @@
+"""The README's "A team in five minutes", command by command, as a new user runs it.
+
+The commands are read out of README.md (the ``<!-- walkthrough: NAME -->`` blocks of that
+section), so the docs and this test cannot drift apart. They run through the installed
+``hyphae`` console script of this virtualenv (CI builds a fresh one for every run), in two
+data dirs, one per "machine". What this test adds to the README, and why:
+
+- ``hyphae up`` gets ``--api 127.0.0.1:0 --mesh 127.0.0.1:0``: two nodes on one machine need
+  their own ports, and a loopback mesh makes zeroconf advertise and browse on 127.0.0.1, so
+  the nodes find each other by zeroconf alone, as on a LAN (no ``--peer``);
+- it runs in the background, and the test waits for it to serve (``/healthz``);
+- between steps a person would wait a second: the test waits, with deadlines, for the two
+  nodes to be connected and for Bob's beacon to reach Alice's node before she stores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.e2e_mesh.cluster import stop_processes, wait_until
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+HYPHAE = Path(sys.executable).with_name("hyphae")  # the console script pip installed
+SECTION = "## A team in five minutes"
+TOKEN_PLACEHOLDER = "hyphae1.…"
+DECISION = "Use pgvector for the V1 storage backend."
+DEADLINE = 60.0  # seconds: a daemon loads the built-in model; CI machines are small
+FIND_DEADLINE = 30.0  # zeroconf probing and resolving on loopback
+COMMAND_TIMEOUT = 120.0
+
+_BLOCK = re.compile(r"<!-- walkthrough: (\w+) -->\s*```sh\n(.*?)```", re.S)
+_EXPORT = re.compile(r"^export (\w+)=\$\((.+) \| tail -1\)$")
+
+
+def walkthrough_steps() -> list[tuple[str, str]]:
+    """(machine, command) in README order, comments stripped."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(SECTION)
+    end = text.find("\n## ", start + len(SECTION))
+    steps = []
+    for machine, body in _BLOCK.findall(text[start : end if end > 0 else len(text)]):
+        for line in body.splitlines():
+            command = re.split(r"\s{2,}#", line)[0].strip()
+            if command:
+                steps.append((machine, command))
+    return steps
+
+
+class Machine:
+    """One developer's data dir, shell variables and (once started) daemon."""
+
+    def __init__(self, name: str, home: Path) -> None:
+        self.name = name
+        self.home = home
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("HYPHAE_")}
+        self.env.update(HYPHAE_HOME=str(home), PYTHONUNBUFFERED="1", NO_COLOR="1")
+        self.daemon: subprocess.Popen | None = None
+        self.log = home.parent / f"{name}-daemon.log"
+        self.outputs: list[str] = []
+
+    def argv(self, command: str) -> list[str]:
+        words = [string.Template(word).safe_substitute(self.env) for word in shlex.split(command)]
+        assert words[0] == "hyphae", f"the quick start should only run hyphae, not {command!r}"
+        return [str(HYPHAE), *words[1:]]
+
+    def run(self, command: str) -> str:
+        argv = self.argv(command)
+        result = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
+                                stdin=subprocess.DEVNULL)  # fmt: skip
+        assert result.returncode == 0, f"{self.name}$ {command}\nexit {result.returncode}\n{result.stderr}"
+        self.outputs.append(result.stdout)
+        return result.stdout
+
+    def start(self, command: str) -> dict:
+        argv = self.argv(command) + ["--api", "127.0.0.1:0", "--mesh", "127.0.0.1:0"]
+        with open(self.log, "ab") as log:
+            self.daemon = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+
+        def serving() -> dict | None:
+            assert self.daemon.poll() is None, f"{self.name}'s daemon exited:\n{self.log.read_text()}"
+            try:
+                info = json.loads((self.home / "daemon.json").read_text())
+                return info if httpx.get(info["api_url"] + "/healthz", timeout=5).status_code == 200 else None
+            except (OSError, ValueError, httpx.HTTPError):
+                return None
+
+        return wait_until(serving, DEADLINE, interval=0.1, message=f"{self.name}'s daemon serving")
+
+    def peers(self) -> dict:
+        """What `hyphae peers --json` shows, read straight from the daemon (polled often)."""
+        info = json.loads((self.home / "daemon.json").read_text())
+        token = (self.home / "admin.token").read_text().strip()
+        return httpx.get(info["api_url"] + "/v1/admin/peers", headers={"x-hyphae-admin": token}, timeout=10).json()
+
+
+def test_the_readme_team_quick_start(tmp_path):
+    assert HYPHAE.exists(), f"no `hyphae` console script next to {sys.executable}: install with pip install -e ."
+    steps = walkthrough_steps()
+    assert [m for m, _ in steps] == ["alice"] * 3 + ["bob"] * 6 + ["alice"] * 2 + ["bob"], steps
+    machines = {name: Machine(name, tmp_path / name) for name in ("alice", "bob")}
+    token = node_id = None
+    try:
+        for name, command in steps:
+            machine = machines[name]
+            exported = _EXPORT.match(command)
+            if command.startswith("hyphae up"):
+                machine.start(command)
+                if all(m.daemon is not None for m in machines.values()):
+                    connected = lambda m: [p for p in m.peers()["peers"] if p["state"] == "alive"]  # noqa: E731
+                    for m in machines.values():
+                        wait_until(lambda: connected(m), FIND_DEADLINE, interval=0.2,
+                                   message=f"{m.name} finds its teammate by zeroconf")  # fmt: skip
+            elif exported:
+                variable, inner = exported.groups()
+                machine.env[variable] = machine.run(inner).strip().splitlines()[-1]
+            elif command.startswith("hyphae team create"):
+                token = machine.run(command).strip().splitlines()[-1]
+                assert token.startswith("hyphae1."), token
+            elif TOKEN_PLACEHOLDER in command:
+                assert token is not None, "the README joins a team before anyone created one"
+                machine.run(command.replace(TOKEN_PLACEHOLDER, token))
+            elif command.startswith("hyphae connect"):
+                snippet = machine.run(command)
+                assert "claude mcp add hyphae" in snippet and machine.env["HYPHAE_API_KEY"] in snippet
+            elif command.startswith("hyphae beacon add"):
+                machine.run(command)
+                # A person would look up from the keyboard here; the beacon reaches Alice's node meanwhile.
+                alice = machines["alice"]
+                wait_until(lambda: alice.peers().get("beacons_known", 0) >= 1, DEADLINE, interval=0.2,
+                           message="Bob's beacon known on Alice's node")  # fmt: skip
+            elif command.startswith("hyphae store"):
+                node_id = machine.run(command).strip().splitlines()[-1]
+            elif command.startswith("hyphae inbox"):
+                shown = wait_until(lambda: DECISION in machine.run(command) and machine.outputs[-1], 10.0, interval=0.1,
+                                   message="the decision in Bob's inbox")  # fmt: skip
+                assert "[Decision]" in shown and node_id in shown
+            else:
+                machine.run(command)
+
+        # What arrived is Alice's decision, as stored on her node, with its provenance.
+        assert [p["node_id"] for p in json.loads(machines["bob"].run("hyphae peers --json"))["peers"]] == [
+            json.loads((machines["alice"].home / "daemon.json").read_text())["node_id"]]  # fmt: skip
+        alice_node = json.loads((machines["alice"].home / "daemon.json").read_text())["node_id"]
+        (diff,) = json.loads(machines["bob"].run("hyphae inbox --json"))["diffs"]
+        assert (diff["node_id"], diff["content"], diff["cell_type"]) == (node_id, DECISION, "Decision")
+        assert diff["origin_node"] == alice_node and diff["hops"] >= 1
+        for machine in machines.values():
+            doctor = subprocess.run([str(HYPHAE), "doctor", "--json"], env=machine.env, capture_output=True,
+                                    text=True, timeout=COMMAND_TIMEOUT)  # fmt: skip
+            checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+            assert checks["peers"]["status"] == "ok" and "1 alive" in checks["peers"]["message"], checks["peers"]
+            assert checks["daemon"]["status"] == "ok", checks["daemon"]
+    finally:
+        stop_processes([m.daemon for m in machines.values() if m.daemon is not None])
