@@ -218,6 +218,9 @@ def check_layer(value: Any) -> str:
     return value
 
 
+_MAX_MS = 2**63 - 1
+
+
 def parse_time_ms(value: Any, field: str) -> int:
     """Milliseconds since the epoch, given as an integer or an RFC 3339 string."""
     if isinstance(value, bool):
@@ -225,6 +228,8 @@ def parse_time_ms(value: Any, field: str) -> int:
     if isinstance(value, int):
         if value < 0:
             raise InvalidArgument(f"'{field}' must not be negative", field=field)
+        if value > _MAX_MS:  # SQLite integers are 64-bit; a larger one would crash the query
+            raise InvalidArgument(f"'{field}' is too large to be milliseconds since the epoch", field=field)
         return value
     if isinstance(value, str):
         text = value.strip()
