@@ -6,9 +6,10 @@ Two wire formats, one behaviour::
     ollama   POST {url}/api/embed      {"model", "input": [...]}  -> {"embeddings": [[...], ...]}
 
 Texts go out in batches of ``batch_size``. Connection failures, timeouts, 429 and 5xx are retried
-with exponential backoff (3 attempts in all); when the service still fails, or answers with
-something that is not embeddings, the caller gets one :class:`Unavailable` naming the url. The
-client is synchronous: ``embed`` runs in worker threads, and ``httpx.Client`` is thread-safe.
+with exponential backoff (3 attempts in all; a ``Retry-After`` of up to 30 s is honoured); when
+the service still fails, or answers with something that is not embeddings, the caller gets one
+:class:`Unavailable` naming the url. The client is synchronous: ``embed`` runs in worker threads,
+and ``httpx.Client`` is thread-safe.
 
 The space is ``remote/{provider}/{model}/{dim}``. When ``dim`` is not configured it is learned from
 the first response; reading ``dim`` or ``space`` before any call sends one probe request.
@@ -31,11 +32,20 @@ __all__ = ["PROVIDERS", "RemoteEmbedder"]
 
 PROVIDERS = ("openai", "ollama")
 ATTEMPTS = 3
+MAX_RETRY_AFTER = 30.0  # seconds: a server asking for longer is treated as down
 _PATHS = {"openai": "/v1/embeddings", "ollama": "/api/embed"}
 
 
 def _is_retryable(status: int) -> bool:
     return status == 429 or status >= 500
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The wait a 429/503 asks for in ``Retry-After`` (seconds form), capped; 0 if none."""
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, float(response.headers.get("retry-after", "0"))))
+    except ValueError:  # the HTTP-date form: fall back to our own backoff
+        return 0.0
 
 
 class RemoteEmbedder:
@@ -124,16 +134,19 @@ class RemoteEmbedder:
 
     def _post(self, payload: dict[str, Any]) -> Any:
         problem = ""
+        asked_wait = 0.0
         for attempt in range(ATTEMPTS):
             if attempt:
-                self._sleep(self._backoff_interval * 2 ** (attempt - 1))
+                self._sleep(max(self._backoff_interval * 2 ** (attempt - 1), asked_wait))
             try:
                 response = self._client.post(self.endpoint, json=payload)
             except httpx.TransportError as error:
                 problem = f"{type(error).__name__}: {error}"
+                asked_wait = 0.0
                 continue
             if _is_retryable(response.status_code):
                 problem = f"HTTP {response.status_code}"
+                asked_wait = _retry_after(response)
                 continue
             if response.status_code != 200:
                 raise Unavailable(

@@ -223,3 +223,10 @@ def test_nothing_listening_is_unavailable_naming_the_url() -> None:
     with pytest.raises(Unavailable, match=f"http://127.0.0.1:{port}/api/embed.*ConnectError"):
         embedder.embed(["x"])
     assert sleeps == [0.5, 1.0]
+
+
+def test_retry_after_is_honoured_up_to_a_cap() -> None:
+    answers = [httpx.Response(429, headers={"Retry-After": "2"}), httpx.Response(503, headers={"Retry-After": "3600"})]
+    service = Script(lambda request: answers.pop(0) if answers else openai_reply(request))
+    service.embedder().embed(["patient"])
+    assert service.sleeps == [2.0, 30.0]  # the server's wait when longer than ours, never past 30 s

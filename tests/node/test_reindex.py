@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import trio
@@ -12,7 +14,7 @@ import trio
 from node import reindex as reindex_module
 from node.cli import main
 from node.daemon_file import DAEMON_FILE
-from node.embedding import HashedEmbedder
+from node.embedding import HashedEmbedder, RemoteEmbedder
 from node.errors import Unavailable
 from node.home import open_node
 from node.lock import DataDirLock
@@ -144,3 +146,79 @@ def test_the_progress_bar_draws_on_a_terminal_only():
     with Progress("importing", 4, stream=quiet, enabled=False) as bar:
         bar.update(4)
     assert quiet.getvalue() == ""
+
+
+# -- into a remote embedder's space, over a real socket -------------------------------------------
+
+
+class FakeOpenAI(BaseHTTPRequestHandler):
+    """An OpenAI-compatible /v1/embeddings on 127.0.0.1: the server's ``inputs`` records each
+    request's batch; ``failures`` answers that many requests with 503 first."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        server = self.server
+        if server.failures:
+            server.failures -= 1
+            self.send_error(503)
+            return
+        server.inputs.append(body["input"])
+        data = [{"index": i, "embedding": HashedEmbedder(dim=8).embed([text])[0].tolist()} for i, text in enumerate(body["input"])]
+        payload = json.dumps({"data": data, "model": body["model"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def openai_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
+    server.inputs, server.failures = [], 0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+async def test_reindex_into_a_remote_space_in_batches_and_survive_the_service_going_down(
+    home, clock, openai_server, monkeypatch
+):
+    monkeypatch.setattr(reindex_module, "BATCH", 4)
+    ids, _ = await fill(home, clock)
+    url = f"http://127.0.0.1:{openai_server.server_address[1]}"
+    remote = RemoteEmbedder("openai", url, "fake-embed", batch_size=4, backoff_interval=0.01)
+    openai_server.failures = 1  # a 503 at first: retried
+    result = await reindex(home, embedder=remote)
+    assert (result["cells"], result["beacons"]) == (7, 1) and result["embedding_space"] == "remote/openai/fake-embed/8"
+    sizes = [len(batch) for batch in openai_server.inputs]
+    assert sizes[0] == 1 and sizes[1:] == [4, 3, 1]  # the dim probe, then cells by 4, then the beacon
+
+    # The service goes down halfway through a reindex into yet another model: a clear error naming it,
+    # and a node that still opens; once the service is back, a rerun finishes.
+    other = RemoteEmbedder("openai", url, "fake-embed-2", dim=8, batch_size=4, backoff_interval=0.01)
+    openai_server.inputs.clear()
+    calls = 0
+
+    def down_after_first_batch(what: str, done: int, total: int) -> None:
+        nonlocal calls
+        calls += 1
+        openai_server.failures = 100
+
+    with pytest.raises(Unavailable, match=f"{url}/v1/embeddings.*3 attempts.*HTTP 503"):
+        await reindex(home, embedder=other, progress=down_after_first_batch)
+    assert calls == 1
+    async with open_node(home, embedder=other, clock=clock) as service:
+        assert service.layers.sizes()["L0"] == 4  # what moved is found already
+    openai_server.failures = 0
+    result = await reindex(home, embedder=other)
+    assert (result["cells"], result["beacons"]) == (3, 1)
+    assert await spaces(home, clock) == {other.space: 7, f"beacon:{other.space}": 1}
