@@ -88,7 +88,7 @@ def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | N
     mounts = {
         "/mcp": mcp_app,
         "/metrics": metrics_app(service.metrics),
-        EVENTS_PATH: events_app(service, closing if closing is not None else trio.Event()),
+        EVENTS_PATH: events_app(service, closing if closing is not None else trio.Event(), admin_token=admin_token),
         **static_apps(),
     }
     return drain_unread_bodies(make_api_app(rest, mounts))

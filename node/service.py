@@ -1003,6 +1003,36 @@ class MemoryService:
 
     # -- node ---------------------------------------------------------------------
 
+    async def list_cells(self, principal: Principal, *, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
+        """The newest cells in the key's read scope, newest first (tombstones too, marked); ``cursor``
+        is the ``next_cursor`` of the page before."""
+        limit = v.check_int(limit, "limit", low=1, high=MAX_PAGE, default=DEFAULT_PAGE)
+        if cursor is not None and (not isinstance(cursor, str) or not cursor.isdigit()):
+            raise InvalidArgument("'cursor' must be the next_cursor of an earlier page", field="cursor")
+        before = int(cursor) if cursor is not None else 2**63 - 1
+        scope, projects = "", list(principal.projects)
+        if projects:
+            scope = f" AND (project IS NULL OR project IN ({','.join('?' * len(projects))}))"
+        rows = self.db.query(
+            f"SELECT {_CELL_COLUMNS} FROM cells WHERE tenant_id = ? AND rowid < ?{scope} ORDER BY rowid DESC LIMIT ?",
+            (principal.tenant_id, before, *projects, limit),
+        )
+        next_cursor = str(rows[-1][0]) if len(rows) == limit else None
+        return {"cells": [self._cell_dict(row) for row in rows], "next_cursor": next_cursor}
+
+    async def node_inbox(self, *, since: Any = None, limit: Any = None) -> dict[str, Any]:
+        """Every agent's inbox on this node, merged in arrival order: the data dir owner's view
+        (admin token), each item naming its agent."""
+        since = 0 if since is None else v.parse_time_ms(since, "since")
+        limit = v.check_int(limit, "limit", low=1, high=MAX_PAGE, default=DEFAULT_PAGE)
+        rows = self.db.query(
+            f"SELECT p.name, i.agent_id, {_INBOX_COLUMNS} FROM inbox i JOIN cells c ON c.rowid = i.cell_rowid "
+            "JOIN principals p ON p.agent_id = i.agent_id WHERE i.received_at > ? ORDER BY i.received_at LIMIT ?",
+            (since, limit),
+        )
+        diffs = [{"agent": r[0], "agent_id": r[1], **_diff_dict(r[2:])} for r in rows]
+        return {"diffs": diffs, "next_since": diffs[-1]["received_at"] if diffs else since}
+
     def queue_depths(self) -> dict[str, int]:
         """Work accepted and not yet done: committed rows the indexes lack, embedding requests waiting."""
         return {"index_backlog": self.layers.backlog(), "embed_queue": self._embedding._queue.qsize()}

@@ -16,6 +16,7 @@ ends when the client goes away or the daemon shuts down.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import time
@@ -130,10 +131,14 @@ def _event(name: str, data: Any) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n".encode()
 
 
-def events_app(service: MemoryService, closing: trio.Event, *, interval: float = STREAM_INTERVAL) -> ASGIApp:
+def events_app(
+    service: MemoryService, closing: trio.Event, *, admin_token: str | None = None, interval: float = STREAM_INTERVAL
+) -> ASGIApp:
     """``GET /v1/events``: the live stream for one key (see the module docstring).
 
-    ``since`` (ms, optional) starts the inbox after that time; ``closing`` is set when the
+    ``since`` (ms, optional) starts the inbox after that time. With the data dir's admin
+    token in ``x-hyphae-admin`` as well, the inbox events hold every agent's items on this
+    node (each naming its agent) instead of the key's own. ``closing`` is set when the
     daemon shuts down, which ends every stream at once instead of holding the drain.
     """
 
@@ -146,6 +151,9 @@ def events_app(service: MemoryService, closing: trio.Event, *, interval: float =
             if scope["method"] != "GET":
                 raise HttpError(405, "method_not_allowed", f"{scope['method']} is not allowed on {EVENTS_PATH}; use GET")
             key = _key_of(headers)
+            admin = headers.get("x-hyphae-admin")
+            if admin is not None and (not admin_token or not hmac.compare_digest(admin, admin_token)):
+                raise HttpError(401, "unauthenticated", "the admin token (x-hyphae-admin) is not this node's")
             since = query_of(scope).get("since", "") or "0"
             if not since.isdigit():
                 raise HttpError(400, "invalid_argument", "'since' must be a time in ms since the epoch", field="since")
@@ -165,7 +173,7 @@ def events_app(service: MemoryService, closing: trio.Event, *, interval: float =
             nursery.start_soon(_cancel_when_gone, receive, nursery.cancel_scope)
             nursery.start_soon(_cancel_when_set, closing, nursery.cancel_scope)
             try:
-                await _stream(service, principal, key, int(since), send, interval)
+                await _stream(service, principal, key, int(since), send, interval, node_wide=admin is not None)
             finally:
                 nursery.cancel_scope.cancel()
         with trio.CancelScope(shield=True), trio.move_on_after(1):
@@ -198,13 +206,15 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _stream(service: MemoryService, principal, key: str, since: int, send: Callable, interval: float) -> None:
+async def _stream(
+    service: MemoryService, principal, key: str, since: int, send: Callable, interval: float, *, node_wide: bool
+) -> None:
     async def emit(chunk: bytes) -> None:
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
     await emit(_event("hello", {
         "node_id": service.node_id, "agent_id": principal.agent_id, "name": principal.name,
-        "tenant_id": principal.tenant_id, "interval_ms": int(interval * 1000),
+        "tenant_id": principal.tenant_id, "interval_ms": int(interval * 1000), "node_wide": node_wide,
     }))  # fmt: skip
     last: dict[str, Any] = {}
     checked_at = written_at = time.monotonic()
@@ -224,7 +234,10 @@ async def _stream(service: MemoryService, principal, key: str, since: int, send:
             if value != last.get(name):
                 last[name] = value
                 chunks.append(_event(name, {**value, "now": int(time.time() * 1000)} if name == "mesh" else value))
-        page = await service.inbox(principal, since=since, limit=INBOX_PAGE)
+        if node_wide:
+            page = await service.node_inbox(since=since, limit=INBOX_PAGE)
+        else:
+            page = await service.inbox(principal, since=since, limit=INBOX_PAGE)
         if page["diffs"]:
             since = page["next_since"]
             chunks.append(_event("inbox", page))

@@ -145,6 +145,14 @@ async def _pull(service, principal, request):
     return await service.pull_inbox(principal, **_body(request, ("limit",)))
 
 
+async def _list_cells(service, principal, request):
+    return await service.list_cells(principal, limit=_int(request, "limit"), cursor=request.query.get("cursor") or None)
+
+
+async def _node_inbox(service, _principal, request):
+    return await service.node_inbox(since=_since(request), limit=_int(request, "limit"))
+
+
 async def _stats(service, _principal, _request):
     return await service.stats()
 
@@ -173,6 +181,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/whoami", _whoami, "The principal behind the key", tag="node"),
     Route("GET", "/v1/stats", _stats, "Node counters", tag="node"),
     Route("POST", "/v1/cells", _store, "Store a memory cell", status=201, body=STORE_FIELDS),
+    Route("GET", "/v1/cells", _list_cells, "The newest cells in your read scope, newest first", query=("limit", "cursor")),
     Route("GET", "/v1/cells/{node_id}", _get_cell, "Hydrate a cell with content and provenance"),
     Route("DELETE", "/v1/cells/{node_id}", _forget, "Forget a cell (it becomes a tombstone)"),
     Route("POST", "/v1/search", _search, "Nearest cells to a query, with content", body=SEARCH_FIELDS),
@@ -192,6 +201,8 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/v1/admin/agents/{name}", _revoke_agent, "Revoke an agent's key", auth="admin", tag="admin"),
     Route("GET", "/v1/peers", _peers, "The mesh: peers, states, queues, drop counters", tag="node"),
     Route("GET", "/v1/admin/peers", _peers, "The mesh, for the data dir's owner", auth="admin", tag="admin"),
+    Route("GET", "/v1/admin/inbox", _node_inbox, "Every agent's inbox on this node, by arrival", auth="admin",
+          query=("since", "limit"), tag="admin"),
 )
 
 

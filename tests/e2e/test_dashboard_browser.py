@@ -133,7 +133,14 @@ def test_the_dashboard_shows_the_peer_and_a_teammates_decision_arriving(lab: Lab
     assert b_key not in browser.current_url
     assert browser.execute_script("return sessionStorage.getItem('hyphae.apiKey')") == b_key
 
-    # Browse: the search tab finds the decision (B holds its own copy now), the beacons tab shows B's beacon.
+    # Browse: B holds its own copy now, newest among the recent cells; search finds it; B's beacon is listed.
+    browser.find_element(By.CSS_SELECTOR, '.tabs button[data-tab="recent"]').click()
+    recent = wait_for(
+        browser, "the decision among the recent cells",
+        lambda d: d.find_element(By.CSS_SELECTOR, f'#recent li[data-node-id="{stored["node_id"]}"]'),
+    )  # fmt: skip
+    assert "1 hop" in recent.text
+    browser.find_element(By.CSS_SELECTOR, '.tabs button[data-tab="search"]').click()
     browser.find_element(By.ID, "search-query").send_keys("which database do we use for storage")
     browser.find_element(By.CSS_SELECTOR, "#search-form button[type=submit]").click()
     found = wait_for(
@@ -151,6 +158,21 @@ def test_the_dashboard_shows_the_peer_and_a_teammates_decision_arriving(lab: Lab
         browser, "the inbox after a reload",
         lambda d: d.find_element(By.CSS_SELECTOR, f'#inbox li[data-node-id="{stored["node_id"]}"]'),
     )  # fmt: skip
+
+    # With the data dir's admin token too, the inbox is every agent's on this node, naming the agent.
+    browser.find_element(By.ID, "sign-out").click()
+    wait_for(browser, "the sign-in form", lambda d: d.find_element(By.ID, "key").is_displayed())
+    browser.find_element(By.CSS_SELECTOR, "#login-form summary").click()
+    browser.find_element(By.ID, "admin-token").send_keys(b.admin_token())
+    sign_in(browser, b_key)
+    item = wait_for(
+        browser, "the node-wide inbox naming B's agent",
+        lambda d: (found := d.find_element(By.CSS_SELECTOR, f'#inbox li[data-node-id="{stored["node_id"]}"]'))
+        and "for agent-b" in found.text and found,
+    )  # fmt: skip
+    assert DECISION in item.text
+    assert browser.find_element(By.ID, "inbox-title").text == "Every agent's inbox on this node"
+    browser.save_screenshot(str(SCREENSHOTS / "dashboard-admin.png"))
 
     # On A's own page (another origin, so another sessionStorage), B is the peer the batch went to.
     browser.get(f"{a.api_url}/")

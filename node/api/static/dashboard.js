@@ -7,6 +7,7 @@
 "use strict";
 
 const KEY_ITEM = "hyphae.apiKey";
+const ADMIN_ITEM = "hyphae.adminToken";
 const $ = (selector) => document.querySelector(selector);
 
 function el(tag, attrs = {}, ...children) {
@@ -33,7 +34,10 @@ function ago(ms, now) {
 
 // -- the key and REST --------------------------------------------------------------
 
-const state = { key: sessionStorage.getItem(KEY_ITEM), stream: null, mesh: null, inboxCount: 0 };
+const state = {
+  key: sessionStorage.getItem(KEY_ITEM), admin: sessionStorage.getItem(ADMIN_ITEM),
+  stream: null, mesh: null, inboxCount: 0, recentCursor: null,
+};
 
 async function api(method, path, body) {
   const response = await fetch(path, {
@@ -54,6 +58,8 @@ async function api(method, path, body) {
 function showLogin(message) {
   if (state.stream) state.stream.abort();
   state.stream = null;
+  state.inboxCount = 0;
+  for (const list of ["#inbox", "#flow-log", "#recent", "#search-results", "#scenes", "#scene-detail", "#beacons"]) $(list).replaceChildren();
   $("#dashboard").hidden = true;
   $("#sign-out").hidden = true;
   $("#login").hidden = false;
@@ -61,20 +67,29 @@ function showLogin(message) {
   $("#key").focus();
 }
 
-async function signIn(key) {
+async function signIn(key, admin) {
   state.key = key;
+  state.admin = admin || null;
   try {
     const me = await api("GET", "/v1/whoami");
     sessionStorage.setItem(KEY_ITEM, key);
+    if (state.admin) sessionStorage.setItem(ADMIN_ITEM, state.admin);
+    else sessionStorage.removeItem(ADMIN_ITEM);
+    $("#inbox-title").textContent = state.admin ? "Every agent's inbox on this node" : `Inbox of ${me.name}`;
     $("#agent").textContent = `agent ${me.name}`;
     $("#node").textContent = `node ${short(me.node_id)}`;
     $("#login").hidden = true;
     $("#dashboard").hidden = false;
     $("#sign-out").hidden = false;
+    $("#inbox").replaceChildren();
+    state.inboxCount = 0;
+    addInbox([]);
+    if (state.stream) state.stream.abort();
     openStream();
-    loadTab("search");
+    loadTab("recent");
   } catch (error) {
     sessionStorage.removeItem(KEY_ITEM);
+    sessionStorage.removeItem(ADMIN_ITEM);
     showLogin(error.status === 401 ? "That key is not valid (unknown or revoked)." : error.message);
   }
 }
@@ -94,11 +109,18 @@ async function openStream() {
   while (state.stream === controller) {
     try {
       const response = await fetch("/v1/events", {
-        headers: { Authorization: `Bearer ${state.key}`, Accept: "text/event-stream" },
+        headers: {
+          Authorization: `Bearer ${state.key}`, Accept: "text/event-stream",
+          ...(state.admin ? { "X-Hyphae-Admin": state.admin } : {}),
+        },
         signal: controller.signal,
         cache: "no-store",
       });
-      if (response.status === 401) return showLogin("The key no longer works (revoked?).");
+      if (response.status === 401) {
+        const body = await response.json().catch(() => ({}));
+        sessionStorage.removeItem(ADMIN_ITEM);
+        return showLogin((body.error && body.error.message) || "The key no longer works (revoked?).");
+      }
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
       setLive(true);
       delay = 500;
@@ -231,6 +253,7 @@ function addInbox(diffs) {
   for (const diff of diffs) {
     if (list.querySelector(`li[data-inbox-id="${diff.inbox_id}"]`)) continue;
     const item = cellItem(diff, [
+      ...(diff.agent ? [el("span", { class: "agent", text: `for ${diff.agent}` })] : []),
       el("span", { text: `similarity ${diff.similarity.toFixed(2)}` }),
       el("span", { text: `${diff.hops} hop${diff.hops === 1 ? "" : "s"}` }),
       el("span", { text: `arrived ${when(diff.received_at)}` }),
@@ -261,9 +284,25 @@ async function browse(action) {
   }
 }
 
+async function loadRecent(more) {
+  const query = more && state.recentCursor ? `&cursor=${encodeURIComponent(state.recentCursor)}` : "";
+  const result = await api("GET", `/v1/cells?limit=25${query}`);
+  const items = result.cells.map((cell) => cellItem({ ...cell, forgotten: Boolean(cell.forgotten_at) }, [
+    el("span", { text: cell.layer }),
+    el("span", { text: cell.provenance.local ? "stored here" : `${cell.provenance.hops} hop${cell.provenance.hops === 1 ? "" : "s"}` }),
+    el("span", { text: when(cell.created_at) }),
+  ]));
+  if (more) $("#recent").append(...items);
+  else $("#recent").replaceChildren(...items);
+  if (!more && !items.length) $("#recent").append(el("li", { class: "muted", text: "No cells yet." }));
+  state.recentCursor = result.next_cursor;
+  $("#recent-more").hidden = !result.next_cursor;
+}
+
 function loadTab(name) {
   for (const button of document.querySelectorAll(".tabs button")) button.classList.toggle("active", button.dataset.tab === name);
   for (const tab of document.querySelectorAll(".tab")) tab.hidden = tab.id !== `tab-${name}`;
+  if (name === "recent") browse(() => loadRecent(false));
   if (name === "scenes") browse(loadScenes);
   if (name === "beacons") browse(loadBeacons);
 }
@@ -315,9 +354,18 @@ async function loadBeacons() {
 // -- start ---------------------------------------------------------------------------
 
 document.addEventListener("DOMContentLoaded", () => {
-  $("#login-form").addEventListener("submit", (event) => { event.preventDefault(); signIn($("#key").value.trim()); });
-  $("#sign-out").addEventListener("click", () => { sessionStorage.removeItem(KEY_ITEM); state.key = null; showLogin(); });
+  $("#login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    signIn($("#key").value.trim(), $("#admin-token").value.trim());
+  });
+  $("#sign-out").addEventListener("click", () => {
+    sessionStorage.removeItem(KEY_ITEM);
+    sessionStorage.removeItem(ADMIN_ITEM);
+    state.key = state.admin = null;
+    showLogin();
+  });
+  $("#recent-more").addEventListener("click", () => browse(() => loadRecent(true)));
   $("#search-form").addEventListener("submit", search);
   for (const button of document.querySelectorAll(".tabs button")) button.addEventListener("click", () => loadTab(button.dataset.tab));
-  if (state.key) signIn(state.key); else showLogin();
+  if (state.key) signIn(state.key, state.admin); else showLogin();
 });
