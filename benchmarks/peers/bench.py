@@ -26,7 +26,7 @@ import psutil
 from servers import Peer, Store
 from workload import Workload, latency_summary, score
 
-__all__ = ["measure", "two_writers", "CALL_TIMEOUT"]
+__all__ = ["measure", "two_writers", "scale", "CALL_TIMEOUT"]
 
 CALL_TIMEOUT = 120.0  # seconds; a busy 2-core machine loading a model
 SEARCH_K = 10
@@ -168,3 +168,35 @@ def _leaf(error: BaseException) -> str:
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
     return f"{type(error).__name__}: {error}"
+
+
+async def scale(peer: Peer, root: Path, workload: Workload, sizes: list[int], calls: int = 50) -> dict[str, Any]:
+    """Stores/s and searches/s with ``size`` memories already in the store (put there by the
+    server's own local path, ``Peer.prefill``): ``calls`` stores then ``calls`` searches."""
+    from workload import filler
+
+    out: dict[str, Any] = {}
+    for size in sizes:
+        (root / f"n{size}").mkdir(parents=True, exist_ok=True)
+        store = peer.new_store(root / f"n{size}")
+        began = time.perf_counter()
+        peer.prefill(store, [m.text for m in filler(size, seed=2)])
+        prefill_s = time.perf_counter() - began
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                client, startup, spawned = await _session_start(stack, peer, store)
+                store_times, search_times = [], []
+                for i, memory in enumerate(workload.memories[:calls]):
+                    began = time.perf_counter()
+                    await peer.store(client, memory.text, memory.type, f"s{i:06d}")
+                    store_times.append(time.perf_counter() - began)
+                for query in workload.queries[:calls]:
+                    began = time.perf_counter()
+                    await peer.search(client, query.text, SEARCH_K)
+                    search_times.append(time.perf_counter() - began)
+                memory = _memory(spawned + peer.extra_pids(store))
+        finally:
+            peer.stop(store)
+        out[str(size)] = {"prefill_s": prefill_s, "startup_s": startup, "store": latency_summary(store_times[1:]),
+                          "search": latency_summary(search_times[1:]), "memory": memory}  # fmt: skip
+    return out

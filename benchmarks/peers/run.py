@@ -39,11 +39,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench import measure, two_writers  # noqa: E402
+from bench import measure, scale, two_writers  # noqa: E402
 from servers import PEERS, run  # noqa: E402
 from workload import load_workload  # noqa: E402
 
-PARTS = ("perf", "writers", "federation")
+PARTS = ("perf", "writers", "federation", "scale")
 
 
 def machine() -> dict[str, Any]:
@@ -109,6 +109,19 @@ def writers_table(results: dict[str, dict[str, Any]], labels: dict[str, str]) ->
     return "\n".join(rows)
 
 
+def scale_table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
+    rows = ["| server | memories already stored | stores/s | store p50 ms | searches/s | search p50 ms | RSS MB |",
+            "|" + " --- |" * 7]  # fmt: skip
+    for name, sizes in results.items():
+        if "error" in sizes:
+            rows.append(f"| {labels[name]} | failed: {sizes['error'][:120]} | | | | | |")
+            continue
+        for size, r in sizes.items():
+            rows.append(f"| {labels[name]} | {int(size):,} | {fmt(r['store']['per_s'])} | {fmt(r['store']['p50_ms'])} "
+                        f"| {fmt(r['search']['per_s'])} | {fmt(r['search']['p50_ms'])} | {fmt(r['memory']['rss_mb'], 0)} |")
+    return "\n".join(rows)
+
+
 def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
     h, ref = results.get("hyphae"), results.get("reference")
     if not h or not ref or "error" in h or "error" in ref:
@@ -132,6 +145,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, help="search passes over the queries (default 1 quick, 3 full)")
     parser.add_argument("--writes", type=int, default=50, help="writes per writer in the two-writers test")
     parser.add_argument("--deliveries", type=int, help="federated stores timed (default 10 quick, 40 full)")
+    parser.add_argument("--sizes", default="1000,10000", help="store sizes for the scale part (prefillable servers)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.work = args.work.resolve()
@@ -190,6 +204,18 @@ def main() -> None:
             except Exception as error:  # noqa: BLE001
                 report["writers"][name] = {"error": f"{type(error).__name__}: {error}"}
 
+    if "scale" in parts:
+        report["scale"] = {}
+        sizes = [int(n) for n in args.sizes.split(",") if n]
+        for name, peer in usable.items():
+            if not peer.prefillable:
+                continue
+            print(f"# scale: {name} at {sizes}", file=sys.stderr)
+            try:
+                report["scale"][name] = asyncio.run(scale(peer, runs / "scale" / name, load_workload(), sizes))
+            except Exception as error:  # noqa: BLE001
+                report["scale"][name] = {"error": f"{type(error).__name__}: {error}"}
+
     if "federation" in parts:
         from federation import amo_federation, hyphae_federation
 
@@ -221,6 +247,8 @@ def render(report: dict[str, Any], labels: dict[str, str]) -> str:
         lines += [perf_table(report["perf"], labels), "", *ratios(report["perf"]), ""]
     if "writers" in report:
         lines += [writers_table(report["writers"], labels), ""]
+    if report.get("scale"):
+        lines += [scale_table(report["scale"], labels), ""]
     if "federation" in report:
         from federation import federation_table
 

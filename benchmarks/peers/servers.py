@@ -123,6 +123,12 @@ class Peer:
     def contents(self, store: Store) -> list[str]:
         raise NotImplementedError
 
+    prefillable = False
+
+    def prefill(self, store: Store, texts: list[str]) -> None:
+        """Put ``texts`` into a fresh store by the server's own fastest local path (no MCP)."""
+        raise NotImplementedError
+
     def extra_pids(self, store: Store) -> list[int]:
         return []
 
@@ -283,6 +289,14 @@ class Reference(Peer):
         graph = payload(await client.call_tool("search_nodes", {"query": query}))
         return [entity["name"] for entity in graph.get("entities", [])][:k]
 
+    prefillable = True
+
+    def prefill(self, store: Store, texts: list[str]) -> None:
+        """The file the server itself writes: one JSON line per entity."""
+        lines = (json.dumps({"type": "entity", "name": f"p{i:07d}", "entityType": "memory", "observations": [text]})
+                 for i, text in enumerate(texts))  # fmt: skip
+        store.path.write_text("\n".join(lines))
+
     def contents(self, store: Store) -> list[str]:
         if not store.path.exists():
             return []
@@ -335,6 +349,15 @@ class AgentMemoryOS(Peer):
     async def search(self, client: Any, query: str, k: int) -> list[str]:
         hits = payload(await client.call_tool("memory_search", {"query": query, "limit": k}))
         return [hit["id"] for hit in hits or []]
+
+    prefillable = True
+
+    def prefill(self, store: Store, texts: list[str]) -> None:
+        """``MemoryClient.add`` in the peer's own venv, what its MCP tool calls."""
+        script = ("import json,sys\nfrom agent_memory_os import MemoryClient\nc=MemoryClient(home=sys.argv[1])\n"
+                  "for t in json.load(sys.stdin): c.add(t, owner='bench', type='fact', visibility=['global'])\n")
+        subprocess.run([self.python(), "-c", script, str(store.path)], input=json.dumps(texts), text=True, check=True,
+                       timeout=3600)  # fmt: skip
 
     def contents(self, store: Store) -> list[str]:
         with contextlib.closing(sqlite3.connect(f"file:{store.path / 'memories.db'}?mode=ro", uri=True)) as db:
