@@ -2,8 +2,8 @@
 
 Commands that read or write memories act as the agent whose key is in
 ``HYPHAE_API_KEY``. While a daemon runs for the data dir, every command goes through it
-(never around it to the database); the few that need the data dir to themselves
-(export, import, reindex) say so and stop. Every read command takes ``--json``. Exit
+(never around it to the database); ``reindex``, which needs the data dir to itself, says
+so and stops. Every read command takes ``--json``. Exit
 codes: 0 done, 1 the operation failed, 2 bad usage, 3 no usable data dir or config,
 4 not authenticated. Colours and progress bars only on a terminal (``NO_COLOR`` honoured).
 """
@@ -463,15 +463,31 @@ def _bar(args: argparse.Namespace, label: str):
     return Progress(label, None, enabled=not args.json and sys.stderr.isatty())
 
 
+def _through_daemon_admin(args: argparse.Namespace, path: str, body: dict[str, Any]) -> Any:
+    """A long admin call (export, import) to the running daemon, or _NO_DAEMON."""
+    from .client import DaemonClient, running_daemon
+
+    info = running_daemon(args.home)
+    if info is None:
+        return _NO_DAEMON
+    client = DaemonClient(args.home, info, timeout=None)  # as long as the work takes
+    try:
+        return client.call("POST", path, json=body, admin=True)
+    finally:
+        client.close()
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from .transfer import export_file
 
-    _alone(args, "export")
-    path = Path(args.file)
-    with _bar(args, "exporting") as bar:
-        counts = _in_process(args, lambda service: export_file(service, path, progress=bar.update))
+    path = Path(args.file).resolve()
+    counts = _through_daemon_admin(args, "/v1/admin/export", {"path": str(path)})
+    if counts is _NO_DAEMON:
+        with _bar(args, "exporting") as bar:
+            counts = _in_process(args, lambda service: export_file(service, path, progress=bar.update))
+        counts = {"file": str(path), **counts}
     if args.json:
-        emit_json({"file": str(path), **counts})
+        emit_json(counts)
     else:
         print(f"Exported {counts['cells']} cells, {counts['beacons']} beacons and {counts['scenes']} scenes to {path}.")
     return EXIT_OK
@@ -494,9 +510,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     else:
         from .transfer import import_file
 
-        _alone(args, "import")
-        with _bar(args, "importing") as bar:
-            report = _in_process(args, lambda service: import_file(service, path, progress=bar.update, on_error=_line_error(path)))
+        report = _through_daemon_admin(args, "/v1/admin/import", {"path": str(path.resolve())})
+        if report is _NO_DAEMON:
+            with _bar(args, "importing") as bar:
+                report = _in_process(args, lambda service: import_file(service, path, progress=bar.update, on_error=_line_error(path)))
+        elif not args.json:
+            for error in report["errors"]:
+                _line_error(path)(error["line"], error["reason"])
         resumed = f" (resumed at line {report['resumed_at_line']})" if report["resumed_at_line"] else ""
         summary = (
             f"Imported {path}{resumed}: {report['stored']} new cells, {report['known']} already here, "
@@ -775,12 +795,12 @@ def build_parser() -> argparse.ArgumentParser:
     consolidate = command("consolidate", cmd_consolidate, "summarise a scene into one L2 cell")
     consolidate.add_argument("scene_id")
 
-    export = command("export", cmd_export, "write cells, beacons and scenes to a JSONL file (node stopped)")
+    export = command("export", cmd_export, "write cells, beacons and scenes to a JSONL file")
     export.add_argument("file", metavar="FILE.jsonl")
     import_ = command("import", cmd_import, "import a JSONL file: a Hyphae export, or --from memory-server")
     import_.add_argument("file", metavar="FILE.jsonl")
     import_.add_argument("--from", dest="source", choices=("hyphae", "memory-server"), default="hyphae",
-                         help="the file's format: a `hyphae export` (default; node stopped) or the official MCP "
+                         help="the file's format: a `hyphae export` (default) or the official MCP "
                               "memory server's knowledge graph (stored as $HYPHAE_API_KEY's agent)")  # fmt: skip
     reindex = command("reindex", cmd_reindex, "re-embed memories in the configured embedder's space; rebuild indexes (node stopped)")
     reindex.add_argument("--rebuild", action="store_true", help="rebuild the indexes even if no vector changed")

@@ -37,6 +37,7 @@ _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "cursor": {"type": "string"},
     "name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
     "projects": {"type": "array", "items": {"type": "string"}},
+    "path": {"type": "string", "description": "an absolute file path on the daemon's machine"},
 }
 _REQUIRED = {
     "/v1/cells": ["content", "cell_type"],
@@ -45,6 +46,8 @@ _REQUIRED = {
     "/v1/beacons": ["query"],
     "/v1/sessions": ["project"],
     "/v1/admin/agents": ["name"],
+    "/v1/admin/export": ["path"],
+    "/v1/admin/import": ["path"],
 }
 _ERROR = {
     "description": "An error with a stable reason code",

@@ -13,6 +13,7 @@ import dataclasses
 import hmac
 import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from ..errors import HyphaeError, InvalidArgument, Unauthenticated
@@ -176,6 +177,33 @@ async def _revoke_agent(service, _principal, request):
     return await service.revoke_agent(request.path_params["name"])
 
 
+def _local_file(request: Request, *, must_exist: bool) -> Path:
+    """The ``path`` of an export/import: a file on this machine, named absolutely (the
+    daemon's working directory is nobody's business)."""
+    value = _body(request, ("path",)).get("path")
+    if not isinstance(value, str) or not value or not Path(value).is_absolute():
+        raise InvalidArgument("'path' must be an absolute file path on this machine", field="path")
+    path = Path(value)
+    if must_exist and not path.is_file():
+        raise InvalidArgument(f"no such file: {path}", field="path")
+    if not must_exist and not path.parent.is_dir():
+        raise InvalidArgument(f"no such directory: {path.parent}", field="path")
+    return path
+
+
+async def _export(service, _principal, request):
+    from ..transfer import export_file
+
+    path = _local_file(request, must_exist=False)
+    return {"file": str(path), **await export_file(service, path)}
+
+
+async def _import(service, _principal, request):
+    from ..transfer import import_file
+
+    return dict(await import_file(service, _local_file(request, must_exist=True)))
+
+
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/healthz", _health, "Liveness and the node id", auth="none", tag="node"),
     Route("GET", "/v1/whoami", _whoami, "The principal behind the key", tag="node"),
@@ -199,6 +227,10 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/admin/agents", _add_agent, "Create an agent; its key is returned once", auth="admin", status=201, body=("name", "projects"), tag="admin"),
     Route("GET", "/v1/admin/agents", _list_agents, "List agents", auth="admin", tag="admin"),
     Route("DELETE", "/v1/admin/agents/{name}", _revoke_agent, "Revoke an agent's key", auth="admin", tag="admin"),
+    Route("POST", "/v1/admin/export", _export, "Write the node's cells, beacons and scenes to a JSONL file on this machine",
+          auth="admin", body=("path",), tag="admin"),
+    Route("POST", "/v1/admin/import", _import, "Import a JSONL export file on this machine (idempotent, resumable)",
+          auth="admin", body=("path",), tag="admin"),
     Route("GET", "/v1/peers", _peers, "The mesh: peers, states, queues, drop counters", tag="node"),
     Route("GET", "/v1/admin/peers", _peers, "The mesh, for the data dir's owner", auth="admin", tag="admin"),
     Route("GET", "/v1/admin/inbox", _node_inbox, "Every agent's inbox on this node, by arrival", auth="admin",

@@ -156,3 +156,47 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
     assert paint("ok", "green", io.StringIO()) == "ok"
     monkeypatch.setenv("NO_COLOR", "1")
     assert paint("ok", "green", Terminal()) == "ok"
+
+
+def test_export_and_import_go_through_a_running_daemon(cli, hashed_home, tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    text = (hashed_home / "config.toml").read_text().replace('listen = "127.0.0.1:7777"', 'listen = "127.0.0.1:0"')
+    (hashed_home / "config.toml").write_text(text)
+    repo = Path(__file__).resolve().parents[2]
+    log = open(tmp_path / "daemon.log", "wb")
+    daemon = subprocess.Popen([sys.executable, "-m", "node.cli", "--home", str(hashed_home), "up", "--no-discovery"],
+                              stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(repo)})  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (hashed_home / "daemon.json").exists():
+            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.05)
+        alice = agent(cli)
+        assert cli("store", "Stored while the daemon runs.", "--type", "Fact", key=alice)[0] == 0
+        exported = tmp_path / "live.jsonl"
+        code, out, _ = cli("export", str(exported), "--json")
+        assert code == 0 and json.loads(out)["cells"] == 1  # the daemon wrote it: no lock conflict
+        assert json.loads(exported.read_text().splitlines()[1])["content"] == "Stored while the daemon runs."
+        code, out, _ = cli("import", str(exported))
+        assert code == 0 and "0 new cells, 1 already here" in out
+        broken = tmp_path / "broken.jsonl"
+        broken.write_text(exported.read_text() + "{oops\n")
+        code, _, err = cli("import", str(broken))
+        assert code == 1 and f"{broken}:3: not JSON" in err
+        code, out, _ = cli("import", "--from", "memory-server", str(SAMPLE), key=alice)
+        assert code == 0 and "4 entities and 2 relations" in out
+        code, _, err = cli("reindex")
+        assert code == 1 and "stop the node" in err
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(15)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(5)
+        log.close()
