@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
@@ -83,6 +84,14 @@ def page_state(driver: webdriver.Chrome) -> str:
     return f"url {driver.current_url}\npage text:\n{body[:3000]}\nconsole: {logs}"
 
 
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def sign_in(driver: webdriver.Chrome, key: str) -> None:
     field = wait_for(driver, "the key field", lambda d: d.find_element(By.ID, "key") if d.find_element(By.ID, "key").is_displayed() else None)
     field.clear()
@@ -128,6 +137,15 @@ def test_the_dashboard_shows_the_peer_and_a_teammates_decision_arriving(lab: Lab
     wait_for(browser, "the flow log", lambda d: f"← {a.node_id[:12]}: 1 cell" in d.find_element(By.ID, "flow-log").text)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SCREENSHOTS / "dashboard.png"))
+
+    # /metrics on both ends tells the same story.
+    sent, received = (parse_metrics(node.http.get("/metrics").text) for node in (a, b))
+    assert sent[("hyphae_stores_total", ())] == 1
+    assert sent[("hyphae_mesh_diffs_sent_total", ())] >= 1
+    assert sent[("hyphae_mcp_tool_seconds_count", (("outcome", "ok"), ("tool", "store")))] == 1
+    assert received[("hyphae_mesh_diffs_received_total", (("kind", "cell"),))] == 1
+    assert received[("hyphae_mesh_cells_stored_from_total", (("origin", a.node_id),))] == 1
+    assert received[("hyphae_stores_total", ())] == 0  # a cell from the mesh is no store by B's agents
 
     # The key stays out of every URL; it lives in this tab's sessionStorage.
     assert b_key not in browser.current_url
