@@ -123,6 +123,7 @@ def counters(nodes: list[MeshNode]) -> dict[str, dict[str, Any]]:
             "data_frames": s["frames_sent"].get("data", 0), "control_frames": s["frames_sent"].get("control", 0),
             "data_bytes": s["bytes_sent"].get("data", 0), "control_bytes": s["bytes_sent"].get("control", 0),
             "data_diffs": s["data_diffs_sent"], "drops": dict(s["drops"]),
+            "posts": s["transport"]["sent"], "replies": s["runtime"].get("replies_in_response", 0),
             "runtime": {k: v for k, v in s["runtime"].items() if isinstance(v, int)},
         }  # fmt: skip
     return out
@@ -402,6 +403,7 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
         "delivery_lag_ms": summary(lags), "deliveries": sum(got),
         "data_frames": delta(after, before, "data_frames"), "data_diffs": delta(after, before, "data_diffs"),
         "control_frames": delta(after, before, "control_frames"), "drops": drops,
+        "posts": delta(after, before, "posts"), "replies_in_response": delta(after, before, "replies"),
         "daemon_cpu_s": cpu, "generator_cpu_s": generator_cpu, "idle_cores": idle_cores,
     }  # fmt: skip
 
@@ -469,6 +471,9 @@ def report(result: dict[str, Any]) -> str:
                    f"**{'complete' if s['complete'] else 'INCOMPLETE'}** (drained {fmt(s['drain_s'])} s after the last store)")  # fmt: skip
         out.append(f"- data frames {s['data_frames']}, data diffs {s['data_diffs']} "
                    f"({fmt(s['data_diffs'] / max(1, s['deliveries']), 3)} per delivery), control frames {s['control_frames']}")  # fmt: skip
+        if "posts" in s:
+            out.append(f"- mesh HTTP requests {s['posts']} ({fmt(s['posts'] / max(1, s['deliveries']), 3)} per delivery); "
+                       f"frames answered inside the response to the frame they answer: {s['replies_in_response']}")  # fmt: skip
         out.append(f"- CPU: the 5 daemons used {fmt(s['daemon_cpu_s'])} CPU-s over {fmt(s['total_s'])} s "
                    f"({fmt(s['daemon_cpu_s'] / s['total_s'], 2)} cores; {fmt(1000 * s['daemon_cpu_s'] / max(1, s['stores']), 1)} "
                    f"CPU-ms per store with its {fmt(s['deliveries'] / max(1, s['stores']), 2)} deliveries); "

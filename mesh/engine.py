@@ -142,6 +142,7 @@ class MeshEngine:
         self._timers: dict[str, int] = {}
         self._next_repair_at: int | None = None  # set by Started
         self._restored = False  # control state put back from the log (once, at the first Started)
+        self._unheard: set[str] = set()  # peers put back from the log, not heard from since
         self._armed: dict[str, int] = {}
         self._ping_ids = 0
         self._now = 0
@@ -205,6 +206,7 @@ class MeshEngine:
                 elif isinstance(p, PeerPayload) and p.address and p.address != self.config.address:
                     peer, is_new = self.peers.learn(origin, p.address, self._now)
                     if is_new:
+                        self._unheard.add(origin)
                         self._out.append(PeerStateChanged(origin, peer.address, peer.state.value))
 
     def _on_cell_stored(self, event: CellStored) -> None:
@@ -424,6 +426,9 @@ class MeshEngine:
         if is_new:
             self._out.append(PeerStateChanged(sender_id, peer.address, peer.state.value))
             self._request_repair(peer)
+        elif self._unheard and sender_id in self._unheard:
+            self._unheard.discard(sender_id)
+            self._request_repair(peer)  # first word since our restart: catch up on what we missed
         self._liveness(peer, Liveness.HEARD)
         return peer
 

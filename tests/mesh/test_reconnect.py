@@ -7,9 +7,9 @@ new address is found there again.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
-from mesh.config import MeshConfig
 from mesh.engine import MeshEngine
 from mesh.events import BeaconPlaced, CellStored, SendFailed, SendFrame
 
@@ -39,7 +39,7 @@ def restart(mesh: Mesh, name: str, *, address: str | None = None) -> str:
     if address == name:
         mesh.net.hosts.pop(name)  # its pending timers reach the new engine, which ignores what it did not set
     engine = MeshEngine(
-        old.node_id, MeshConfig(team=old.config.team, address=address), old.store, energy=ENERGY,
+        old.node_id, dataclasses.replace(old.config, address=address), old.store, energy=ENERGY,
         signer=old._sign, public_key=old.public_key, rng=random.Random(address),
     )  # fmt: skip
     mesh.net.add(engine)
@@ -79,3 +79,19 @@ def test_a_node_back_on_a_new_address_is_relearned_by_everyone():
     stored = cell(near(unit(2), 0.9), at=mesh.net.now)
     mesh.do("carol", CellStored(stored))
     assert mesh.net.run_until(mesh.net.now + 2000, lambda: stored.node_id in mesh["bob-2"].cells)
+
+
+def test_a_restarted_node_asks_every_peer_it_knew_for_what_it_missed():
+    mesh = Mesh("alice", "bob", "carol", repair_interval_ms=600_000)  # no periodic repair to lean on
+    mesh.do("alice", BeaconPlaced(beacon(unit(3))))
+    mesh.settle()
+    mesh.net.partition(["alice"])  # alice is down
+    missed = [cell(near(unit(3), 0.9), at=mesh.net.now) for _ in range(2)]
+    mesh.do("bob", CellStored(missed[0]))
+    mesh.do("carol", CellStored(missed[1]))
+    mesh.run(60_000)  # bob and carol give up on alice and declare it dead
+    assert mesh["bob"].engine.peers.get(mesh["alice"].node_id).state.value == "dead"
+    restart(mesh, "alice")
+    mesh.net.heal()
+    got = mesh["alice"].cells
+    assert mesh.net.run_until(mesh.net.now + 10_000, lambda: all(c.node_id in got for c in missed)), list(got)
