@@ -47,7 +47,8 @@ class NodeMetrics:
     """One node's metrics, in a registry of its own."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        # No auto_describe: registering the collector must not read a half-built service.
+        self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.stores = Counter("hyphae_stores", "Cells stored by this node's agents", registry=r)
         self.recalls = Counter(

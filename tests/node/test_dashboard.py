@@ -89,6 +89,7 @@ async def test_the_page_and_its_files_are_served_with_a_strict_policy(tmp_path: 
         ({}, "", 401, "unauthenticated"),
         ({"authorization": "Bearer hy_not-a-key"}, "", 401, "unauthenticated"),
         ({"key": True}, "?since=yesterday", 400, "invalid_argument"),
+        ({"key": True}, "?since=99999999999999999999999", 400, "invalid_argument"),
         ({"key": True, "origin": "https://evil.example"}, "", 403, "forbidden"),
         ({"key": True, "x-hyphae-admin": "guess"}, "", 401, "unauthenticated"),
     ],
