@@ -259,6 +259,8 @@ def _embedder(config: NodeConfig):
     except ValueError as exc:
         return None, Check("embedder", FAIL, f"[embedder] {exc}", f"fix [embedder] in {config.home / CONFIG_NAME}")
     except HyphaeError as exc:
+        if provider == "builtin":  # the weights are there but not the pinned ones
+            return None, Check("embedder", FAIL, exc.message, f"{INSTALL_HINT} --force-reinstall")
         return None, Check("embedder", FAIL, exc.message,
                            f"start the {provider} service, or set [embedder] provider = \"builtin\"")  # fmt: skip
     if provider == "builtin" and isinstance(embedder, HashedEmbedder):

