@@ -181,3 +181,30 @@ async def test_recent_cells_page_newest_first_within_the_read_scope(tmp_path: Pa
             bad = await http.get("/v1/cells?cursor=abc", headers=alice)
             assert bad.status_code == 400 and bad.json()["error"]["field"] == "cursor"
             assert (await http.get("/v1/cells")).status_code == 401
+
+
+async def test_every_stream_ends_at_once_when_the_daemon_closes(service, make_agent) -> None:
+    """``closing`` (the daemon's shutdown event) ends a stream cleanly instead of holding the drain."""
+    _, key = await make_agent("alice")
+    closing = trio.Event()
+    app = dashboard.events_app(service, closing)
+    sent: list[dict[str, Any]] = []
+    started = trio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await trio.sleep_forever()  # the client never goes away on its own
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message.get("body", b"").startswith(b"event: hello"):
+            started.set()
+
+    scope = {"type": "http", "method": "GET", "path": "/v1/events", "query_string": b"",
+             "headers": [(b"authorization", f"Bearer {key}".encode())]}  # fmt: skip
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(app, scope, receive, send)
+            await started.wait()
+            closing.set()
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
