@@ -159,23 +159,11 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
 
 
 def test_export_and_import_go_through_a_running_daemon(cli, hashed_home, tmp_path):
-    import os
-    import subprocess
-    import sys
-    import time
+    from .test_doctor import daemon_running
 
     text = (hashed_home / "config.toml").read_text().replace('listen = "127.0.0.1:7777"', 'listen = "127.0.0.1:0"')
     (hashed_home / "config.toml").write_text(text)
-    repo = Path(__file__).resolve().parents[2]
-    log = open(tmp_path / "daemon.log", "wb")
-    daemon = subprocess.Popen([sys.executable, "-m", "node.cli", "--home", str(hashed_home), "up", "--no-discovery"],
-                              stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(repo)})  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not (hashed_home / "daemon.json").exists():
-            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()
-            assert time.monotonic() < deadline, "the daemon did not start"
-            time.sleep(0.05)
+    with daemon_running(hashed_home, tmp_path / "daemon.log"):
         alice = agent(cli)
         assert cli("store", "Stored while the daemon runs.", "--type", "Fact", key=alice)[0] == 0
         exported = tmp_path / "live.jsonl"
@@ -192,11 +180,3 @@ def test_export_and_import_go_through_a_running_daemon(cli, hashed_home, tmp_pat
         assert code == 0 and "4 entities and 2 relations" in out
         code, _, err = cli("reindex")
         assert code == 1 and "stop the node" in err
-    finally:
-        daemon.terminate()
-        try:
-            daemon.wait(15)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(5)
-        log.close()

@@ -231,22 +231,19 @@ def test_cells_in_another_embedding_space(node, minilm):
     assert "hashed-ngrams" in check.message
 
 
-def test_peers_of_a_running_daemon(node):
-    log = open(node.parent / "daemon.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "node.cli", "--home", str(node), "up", "--no-discovery"],
+@contextlib.contextmanager
+def daemon_running(home: Path, log_path: Path):
+    """``hyphae up --no-discovery`` for ``home`` until the block ends; yields its daemon.json."""
+    log = open(log_path, "wb")
+    process = subprocess.Popen([sys.executable, "-m", "node.cli", "--home", str(home), "up", "--no-discovery"],
                                stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while not (node / DAEMON_FILE).exists():
-            assert process.poll() is None, (node.parent / "daemon.log").read_text()
+        while not (home / DAEMON_FILE).exists():
+            assert process.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "the daemon did not start"
             time.sleep(0.05)
-        info = json.loads((node / DAEMON_FILE).read_text())
-        assert httpx.get(info["api_url"] + "/healthz", timeout=10).status_code == 200
-        checks = doctor(node)
-        assert checks["daemon"].status == OK and info["api_url"] in checks["daemon"].message
-        assert checks["API port"].status == OK and "this node's daemon" in checks["API port"].message
-        only_problem(checks, "peers", WARN, fix_has="--peer HOST:7979", message_has="no peers yet")
+        yield json.loads((home / DAEMON_FILE).read_text())
     finally:
         process.terminate()
         try:
@@ -255,6 +252,15 @@ def test_peers_of_a_running_daemon(node):
             process.kill()
             process.wait(5)
         log.close()
+
+
+def test_peers_of_a_running_daemon(node):
+    with daemon_running(node, node.parent / "daemon.log") as info:
+        assert httpx.get(info["api_url"] + "/healthz", timeout=10).status_code == 200
+        checks = doctor(node)
+        assert checks["daemon"].status == OK and info["api_url"] in checks["daemon"].message
+        assert checks["API port"].status == OK and "this node's daemon" in checks["API port"].message
+        only_problem(checks, "peers", WARN, fix_has="--peer HOST:7979", message_has="no peers yet")
 
 
 def test_the_command_exits_1_on_a_failure_and_prints_fixes(node, capsys, monkeypatch):
