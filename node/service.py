@@ -1007,7 +1007,10 @@ class MemoryService:
         """The newest cells in the key's read scope, newest first (tombstones too, marked); ``cursor``
         is the ``next_cursor`` of the page before."""
         limit = v.check_int(limit, "limit", low=1, high=MAX_PAGE, default=DEFAULT_PAGE)
-        if cursor is not None and (not isinstance(cursor, str) or not cursor.isdigit()):
+        # ASCII digits only (str.isdigit also takes '²'), and no more than a rowid holds.
+        if cursor is not None and (
+            not isinstance(cursor, str) or not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 18
+        ):
             raise InvalidArgument("'cursor' must be the next_cursor of an earlier page", field="cursor")
         before = int(cursor) if cursor is not None else 2**63 - 1
         scope, projects = "", list(principal.projects)

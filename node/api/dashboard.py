@@ -155,7 +155,8 @@ def events_app(
             if admin is not None and (not admin_token or not hmac.compare_digest(admin, admin_token)):
                 raise HttpError(401, "unauthenticated", "the admin token (x-hyphae-admin) is not this node's")
             since = query_of(scope).get("since", "") or "0"
-            if not since.isdigit() or len(since) > 15:  # 15 digits of ms reach the year 33658
+            # ASCII digits (str.isdigit also takes '²'); 15 digits of ms reach the year 33658.
+            if not (since.isascii() and since.isdigit()) or len(since) > 15:
                 raise HttpError(400, "invalid_argument", "'since' must be a time in ms since the epoch", field="since")
             try:
                 principal = await service.authenticate(key)

@@ -66,7 +66,7 @@ def _since(request: Request) -> int | str | None:
     value = request.query.get("since")
     if value in (None, ""):
         return None
-    return int(value) if value.isdigit() else value
+    return int(value) if value.isascii() and value.isdigit() else value  # '²' is a digit to str.isdigit
 
 
 STORE_FIELDS = ("content", "cell_type", "salience", "scene_id", "source_ref", "metadata", "idempotency_key", "project")

@@ -90,6 +90,7 @@ async def test_the_page_and_its_files_are_served_with_a_strict_policy(tmp_path: 
         ({"authorization": "Bearer hy_not-a-key"}, "", 401, "unauthenticated"),
         ({"key": True}, "?since=yesterday", 400, "invalid_argument"),
         ({"key": True}, "?since=99999999999999999999999", 400, "invalid_argument"),
+        ({"key": True}, "?since=%C2%B2", 400, "invalid_argument"),
         ({"key": True, "origin": "https://evil.example"}, "", 403, "forbidden"),
         ({"key": True, "x-hyphae-admin": "guess"}, "", 401, "unauthenticated"),
     ],
@@ -178,8 +179,12 @@ async def test_recent_cells_page_newest_first_within_the_read_scope(tmp_path: Pa
             assert rest["next_cursor"] is None
             scoped = (await http.get("/v1/cells", headers=web)).json()
             assert [c["node_id"] for c in scoped["cells"]] == [ids[3], ids[2], ids[0]]
-            bad = await http.get("/v1/cells?cursor=abc", headers=alice)
-            assert bad.status_code == 400 and bad.json()["error"]["field"] == "cursor"
+            for cursor in ("abc", "%C2%B2", "9" * 30):
+                bad = await http.get(f"/v1/cells?cursor={cursor}", headers=alice)
+                assert bad.status_code == 400 and bad.json()["error"]["field"] == "cursor", cursor
+            # The inbox's since takes ms or RFC 3339; a digit that is not ASCII is neither.
+            bad = await http.get("/v1/inbox?since=%C2%B2", headers=alice)
+            assert bad.status_code == 400 and bad.json()["error"]["field"] == "since"
             assert (await http.get("/v1/cells")).status_code == 401
 
 
