@@ -14,8 +14,9 @@ machines, DESIGN §5); a node in another space embeds the content again. A forgo
 is exported as a tombstone (``forgotten_at`` set, no content, no vector). The tenant is
 not written: what a node imports becomes its own team's. Lines have sorted keys and a
 fixed order (created_at, then id), so export -> import into a fresh node -> export gives
-the same bytes. The export is streamed page by page (constant memory) into a temporary
-file that is renamed into place at the end, so a file with the final name is complete.
+the same bytes. The export reads one snapshot (a single read transaction, so a running
+daemon can keep writing), page by page (constant memory), into a temporary file that is
+renamed into place at the end, so a file with the final name is complete.
 
 ``hyphae import FILE.jsonl`` streams the file back. Each line is checked whole before
 anything of it is written, so a bad line is reported (line number and reason) and
@@ -36,6 +37,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -169,24 +171,36 @@ _EXPORTED = (  # kind, table, columns, key, record maker; written in this order
 
 
 def _export_sync(service: MemoryService, path: Path, progress: Progress | None) -> dict[str, int]:
-    conn = service.db.reader()
-    tenant = service.config.tenant_id
+    # One read transaction: a consistent snapshot, even while a daemon keeps writing.
+    conn = sqlite3.connect(f"file:{service.config.db_path}?mode=ro", uri=True, timeout=30, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        return _write_export(conn, service.config.tenant_id, path, progress)
+    finally:
+        conn.close()
+
+
+def _write_export(conn: sqlite3.Connection, tenant: str, path: Path, progress: Progress | None) -> dict[str, int]:
     counts = {
         table: conn.execute(f"SELECT COUNT(*) FROM {table} WHERE tenant_id = ?", (tenant,)).fetchone()[0]
         for _, table, _, _, _ in _EXPORTED
     }
     total, done = sum(counts.values()), 0
     temp = path.with_name(path.name + ".partial")
-    with open(temp, "wb") as out:
-        out.write(_line(HEADER))
-        for _, table, columns, key, make in _EXPORTED:
-            for row in _pages(conn, columns, table, key, tenant):
-                out.write(_line(make(row)))
-                done += 1
-                if progress is not None:
-                    progress(done, total)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with open(temp, "wb") as out:
+            out.write(_line(HEADER))
+            for _, table, columns, key, make in _EXPORTED:
+                for row in _pages(conn, columns, table, key, tenant):
+                    out.write(_line(make(row)))
+                    done += 1
+                    if progress is not None:
+                        progress(done, total)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        temp.unlink(missing_ok=True)  # never leave a partial file behind
+        raise
     os.replace(temp, path)
     return counts
 
