@@ -32,7 +32,7 @@ __all__ = ["PROFILE", "LONG_FACTOR", "REASONS", "budget", "fuzz_settings", "coun
            "json_values", "check_error"]  # fmt: skip
 
 PROFILE = os.environ.get("HYPHAE_FUZZ_PROFILE", "ci")
-LONG_FACTOR = 50
+LONG_FACTOR = 20
 if PROFILE not in ("ci", "long"):
     raise RuntimeError(f"HYPHAE_FUZZ_PROFILE must be 'ci' or 'long', not {PROFILE!r}")
 
