@@ -486,7 +486,7 @@ async def import_file(
         line_no = state["line"]
         offset = state["offset"]
         if offset == 0:
-            line_no, offset, header_ok = await _header(handle, fail)
+            line_no, offset, header_ok = _header(handle, fail)
             if not header_ok:
                 return report
         pending = 0
@@ -533,7 +533,7 @@ def _replace_vector(cell: v.Cell, vector: np.ndarray, space: str) -> v.Cell:
     return dataclasses.replace(cell, embedding=np.asarray(vector, dtype=np.float32), embedding_space=space)
 
 
-async def _header(handle: BinaryIO, fail: Callable[[int, str], None]) -> tuple[int, int, bool]:
+def _header(handle: BinaryIO, fail: Callable[[int, str], None]) -> tuple[int, int, bool]:
     """Read the header line: (lines read, offset after it, whether it is ours)."""
     line_no = 0
     for offset, raw in _lines(handle, 0):
