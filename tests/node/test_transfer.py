@@ -175,3 +175,15 @@ async def test_cells_from_another_embedding_space_are_embedded_again(service, ma
         reader, _ = await other.add_agent("reader")
         hit = (await other.search(reader, query="exponential backoff with jitter", k=1))["results"][0]
         assert hit["node_id"] == node_id and hit["embedding_space"] == other_space.space
+
+
+async def test_export_pages_through_ties_in_time_without_losing_or_repeating(home, tmp_path, monkeypatch):
+    from tests.conftest import FakeClock
+
+    monkeypatch.setattr(transfer, "PAGE", 3)  # many pages, each boundary inside a run of equal times
+    async with open_node(home, embedder=HashedEmbedder(), clock=FakeClock(step=0)) as frozen:
+        alice, _ = await frozen.add_agent("alice")
+        ids = [await store(frozen, alice, f"Same millisecond, memory {i}.") for i in range(10)]
+        lines = (await export_bytes(frozen, tmp_path / "ties.jsonl")).decode().splitlines()
+    exported = [json.loads(line)["node_id"] for line in lines[1:]]
+    assert exported == sorted(ids)  # each once, in (created_at, id) order
