@@ -377,8 +377,12 @@ def cmd_peers(args: argparse.Namespace) -> int:
     print(f"node {status['node_id']} at {status['address']}, team {status['team_id']}")
     if not status["peers"]:
         print("No peers yet (LAN discovery runs; add static ones with `hyphae up --peer HOST:PORT`).")
+    from .term import paint
+
+    colours = {"alive": "green", "suspect": "yellow", "dead": "red"}
     for peer in status["peers"]:
-        print(f"  {peer['node_id'][:12]}  {peer['address']:<22} {peer['state']:<8} queue={peer['queue_depth']}")
+        state = paint(f"{peer['state']:<8}", colours.get(peer["state"], "dim"), sys.stdout)
+        print(f"  {peer['node_id'][:12]}  {peer['address']:<22} {state} queue={peer['queue_depth']}")
     drops = status.get("drops") or {}
     if drops:
         print("drops: " + ", ".join(f"{reason}={count}" for reason, count in sorted(drops.items())))
