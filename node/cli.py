@@ -760,7 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("mcp", cmd_mcp, "serve MCP over stdio for an agent (starts the daemon if needed)", json=False)
     command("status", cmd_status, "is the daemon running, and what does it hold")
     command("peers", cmd_peers, "the mesh: peers, their state, queues and drops")
-    command("doctor", cmd_doctor, "check the data dir, keys, ports, team, peers and embedder; say what to fix")
+    command("doctor", cmd_doctor, "check the data dir, keys, ports, team, peers and embedder; say what to fix (exit 1 on a failure)")
 
     store = command("store", cmd_store, "store a memory; prints its node_id")
     store.add_argument("text", help="the memory; '-' reads stdin")
