@@ -111,7 +111,7 @@ def plausible(schema: dict[str, Any], ids: list[str]) -> st.SearchStrategy:
     kinds = schema.get("type")
     if isinstance(kinds, list):
         return st.one_of([plausible({**schema, "type": kind}, ids) for kind in kinds])
-    odd = st.sampled_from(ODD_TEXT)
+    odd = st.integers(0, len(ODD_TEXT) - 1).map(ODD_TEXT.__getitem__)  # by index: a short repr
     if kinds == "string":
         return conforming(schema, ids) | st.text(max_size=40) | odd
     if kinds == "integer":
@@ -122,7 +122,7 @@ def plausible(schema: dict[str, Any], ids: list[str]) -> st.SearchStrategy:
     if kinds == "array":
         return st.lists(plausible(schema.get("items", {}), ids) | json_values(2), max_size=5)
     if kinds == "object":
-        return conforming(schema, ids) | st.just({"x": "y" * 20_000}) | json_values(3)
+        return conforming(schema, ids) | st.just(20_000).map(lambda size: {"x": "y" * size}) | json_values(3)
     return json_values()
 
 
@@ -138,7 +138,7 @@ def arguments_for(tool, ids: list[str]) -> st.SearchStrategy:
     return st.sampled_from(weighted).flatmap(lambda strategy: strategy)
 
 
-def calls(ids: list[str]) -> st.SearchStrategy:
+def calls(ids: list[str], principals: tuple[str, ...] = ("alice", "scoped")) -> st.SearchStrategy:
     """(principal name, (tool name, the tools/call params))."""
     per_tool = [  # built once: strategies made inside a flatmap are rebuilt on every draw
         arguments_for(tool, ids).map(lambda arguments, name=tool.name: (name, {"name": name, "arguments": arguments}))
@@ -149,7 +149,7 @@ def calls(ids: list[str]) -> st.SearchStrategy:
         st.dictionaries(st.sampled_from(["name", "arguments", "_meta"]), json_values(3), max_size=3),
         st.fixed_dictionaries({"name": st.text(max_size=20) | json_values(2)}),
     ))  # fmt: skip
-    return st.tuples(st.sampled_from(["alice", "scoped"]), st.sampled_from([params] * 9 + [broken]).flatmap(lambda s: s))
+    return st.tuples(st.sampled_from(principals), st.sampled_from([params] * 9 + [broken]).flatmap(lambda s: s))
 
 
 # -- the invariants ----------------------------------------------------------------------
@@ -230,3 +230,48 @@ async def test_every_tools_arguments_over_stdio(node, fuzz_report) -> None:
     assert (await exchange("alice", json.dumps({"jsonrpc": "2.0", "id": 0, "method": "ping"}).encode(), 0))["result"] == {}
     good = {"name": "store", "arguments": {"content": "Still serving after the stdio fuzz.", "cell_type": "Fact"}}
     assert "node_id" in (await exchange("scoped", message(-1, good), -1))["result"]["structuredContent"]
+
+
+# -- the same cases through real processes: `hyphae mcp` relaying to `hyphae up` ---------------
+
+
+def test_every_tools_arguments_through_a_real_hyphae_mcp(tmp_path, fuzz_report) -> None:
+    """The stdio relay an editor launches, its daemon, their own processes: the same invariants."""
+    import contextlib
+    import sqlite3
+
+    from tests.e2e.conftest import StdioSession, make_home, prepare_agents, start_daemon, tool_payload
+
+    home = make_home(tmp_path / "home")
+    keys = prepare_agents(home, "alice")
+    daemon = start_daemon(home)
+    session = StdioSession(home, keys["alice"])
+    try:
+        session.initialize()
+        started = tool_payload(session.call("start_session", {"project": "alpha"}))
+        stored = tool_payload(session.call("store", {"content": "A cell that exists.", "cell_type": "Fact"}))
+        ids = [started["session_id"], started["scene_id"], stored["node_id"]]
+
+        def counts() -> tuple[int, ...]:
+            with contextlib.closing(sqlite3.connect(f"file:{home / 'hyphae.db'}?mode=ro", uri=True)) as db:
+                return tuple(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in COUNTED)
+
+        def one(case) -> None:
+            _, (tool_name, params) = case
+            before = counts()
+            response = session.request("tools/call", params)  # asserts the id pairs up
+            if "error" in response:
+                reason = check_error(response["error"])
+                assert counts() == before, response
+            else:
+                tool_payload(response)
+                reason = "ok"
+            count("real hyphae mcp tools/call")
+            count(f"real hyphae mcp tools/call {tool_name} {reason}")
+
+        run_given(calls(ids, ("alice",)), one, 50)
+        assert session.request("ping")["result"] == {}
+        assert session.process.poll() is None
+    finally:
+        session.stop()
+        daemon.stop()
