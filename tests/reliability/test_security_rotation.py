@@ -149,3 +149,27 @@ def test_after_rotation_a_removed_node_can_neither_read_nor_inject(lab: Lab) -> 
     assert m.node_id not in {p["node_id"] for p in status["peers"] if p["state"] == "alive"}
     assert status["drops"].get("decrypt_failed", 0) >= 1, status["drops"]  # M's frames under the old key
     assert b.rest("GET", "/healthz")["status"] == "ok" and a.rest("GET", "/healthz")["status"] == "ok"
+
+
+def test_rotate_refuses_what_it_cannot_do(tmp_path, capsys) -> None:
+    from mesh.identity import NodeIdentity as Identity
+    from node.cli import main
+    from node.home import init_home
+    from node.teams import adopt_team
+
+    home = tmp_path / "home"
+    init_home(home)
+    assert main(["--home", str(home), "team", "rotate"]) == 3  # no team yet
+    assert "in no team" in capsys.readouterr().err
+    adopt_team(home, Team.create())
+    assert main(["--home", str(home), "team", "rotate", "--remove", "not-a-node"]) == 2
+    assert "not a node id" in capsys.readouterr().err
+    own = Identity.load(home / "node.key").node_id
+    assert main(["--home", str(home), "team", "rotate", "--remove", own.upper()]) == 2
+    assert "cannot remove itself" in capsys.readouterr().err
+    before = (home / "team.json").read_text()
+    other = NodeIdentity.generate().node_id
+    assert main(["--home", str(home), "team", "rotate", "--remove", other, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["removed"] == [other] and Team.from_join_token(printed["join_token"]).removed == {other}
+    assert (home / "team.json").read_text() != before
