@@ -735,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = command("revoke", cmd_agent_revoke, "revoke an agent's key", agent_commands)
     revoke.add_argument("name")
 
-    team_commands = group("team", "create or join a team (the mesh): create | join | show", "team_command")
+    team_commands = group("team", "create or join a team (the mesh): create | join | show | rotate", "team_command")
     command("create", cmd_team_create, "create a team; prints its join token on the last line", team_commands)
     join = command("join", cmd_team_join, "join a team with a token from `hyphae team create`", team_commands)
     join.add_argument("token")
