@@ -41,7 +41,7 @@ from .errors import MeshError, Reason
 from .events import (
     ApplyRemoteBeacon, ApplyScene, ApplyTombstone, BeaconPlaced, BeaconRemoved, CellForgotten, CellStored,
     Effect, Event, FrameReceived, PeerDiscovered, PeerStateChanged, RemoveRemoteBeacon, SceneChanged,
-    SendFailed, SendFrame, SetTimer, Started, StoreRemoteCell, TimerFired,
+    SendFailed, SendFrame, SetTimer, Started, StoreRemoteCell, TimerFired, FrameDelivered,
 )  # fmt: skip
 from .identity import NodeIdentity, node_id_for
 from .membership import Keyring, Liveness, Peer, PeerState, PeerTable
@@ -152,6 +152,7 @@ class MeshEngine:
             BeaconPlaced: self._on_beacon_placed, BeaconRemoved: self._on_beacon_removed,
             SceneChanged: self._on_scene_changed, PeerDiscovered: self._on_peer_discovered,
             FrameReceived: self._on_frame_received, SendFailed: self._on_send_failed, TimerFired: self._on_timer,
+            FrameDelivered: self._on_frame_delivered,
         }  # fmt: skip
         self._receivers: dict[MsgType, Callable[[Envelope, Peer], None]] = {
             MsgType.DATA: self._on_data, MsgType.ACK: self._on_ack, MsgType.GOSSIP: self._on_gossip,
@@ -255,6 +256,10 @@ class MeshEngine:
         self._contacts[event.address] = self._now + self.config.dead_probe_interval_ms
         self._send_gossip(event.address)
 
+    def _on_frame_delivered(self, event: FrameDelivered) -> None:
+        if (peer := self.peers.by_address(event.address)) is not None:
+            self.outbox.delivered(peer.node_id, event.batch_id, self._now)
+
     def _on_send_failed(self, event: SendFailed) -> None:
         peer = self.peers.by_address(event.address)
         if peer is not None:
@@ -328,7 +333,8 @@ class MeshEngine:
         self.counters.bytes_sent[lane] += len(frame)
         if data_bytes:
             self.counters.data_diffs_sent += sum(1 for d in diffs if d.kind in DATA_KINDS)
-        self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply))
+        batch_id = fields.get("batch_id", 0) if mtype is MsgType.DATA else 0
+        self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply, batch_id))
 
     def _enqueue(self, peer_id: str, diff: Diff, energy: float) -> None:
         peer = self.peers.get(peer_id)

@@ -15,7 +15,7 @@ from .wire import BeaconPayload, CellPayload
 
 __all__ = [
     "Started", "CellStored", "CellForgotten", "BeaconPlaced", "BeaconRemoved", "SceneChanged",
-    "PeerDiscovered", "FrameReceived", "SendFailed", "TimerFired", "Event",
+    "PeerDiscovered", "FrameReceived", "FrameDelivered", "SendFailed", "TimerFired", "Event",
     "SendFrame", "StoreRemoteCell", "ApplyTombstone", "ApplyRemoteBeacon", "RemoveRemoteBeacon",
     "ApplyScene", "SetTimer", "PeerStateChanged", "Effect",
 ]  # fmt: skip
@@ -76,6 +76,15 @@ class FrameReceived:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class FrameDelivered:
+    """The peer at ``address`` took the data frame of batch ``batch_id`` (its endpoint
+    accepted it): only the ack is outstanding, so the batch need not be sent again soon."""
+
+    address: str
+    batch_id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class SendFailed:
     """A frame could not be delivered to ``address`` (connection refused, timeout)."""
 
@@ -89,7 +98,7 @@ class TimerFired:
 
 Event = Union[
     Started, CellStored, CellForgotten, BeaconPlaced, BeaconRemoved, SceneChanged,
-    PeerDiscovered, FrameReceived, SendFailed, TimerFired,
+    PeerDiscovered, FrameReceived, FrameDelivered, SendFailed, TimerFired,
 ]  # fmt: skip
 
 # -- effects (outputs) ------------------------------------------------------------------
@@ -109,6 +118,7 @@ class SendFrame:
     data_bytes: int
     is_control: bool
     in_reply: bool = False
+    batch_id: int = 0  # a data batch: report its delivery with ``FrameDelivered``
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,7 +12,11 @@ failing.
 smoothed round trip plus four deviations, never below ``ack_timeout_ms``, doubled for
 each resend of the same diffs, and sampled only from batches sent once (Karn). A
 fixed timeout turns an overloaded peer's slow acks into retransmissions, which feed
-the overload.
+the overload. And once the runtime reports a batch *delivered* (the peer's endpoint
+took the frame; only its ack is outstanding), the batch waits up to
+``delivered_timeout_ms`` for that ack: sending it again could only help if the peer
+lost it after taking it (a crash, which liveness and repair handle), while a busy peer
+would be handed the same diffs again.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import itertools
 
 from .wire import Diff
 
-__all__ = ["Outbox", "Batch", "MAX_ACK_TIMEOUT_MS"]
+__all__ = ["Outbox", "Batch", "MAX_ACK_TIMEOUT_MS", "DELIVERED_ACK_TIMEOUT_MS"]
 
 MAX_ACK_TIMEOUT_MS = 30_000
+DELIVERED_ACK_TIMEOUT_MS = 15_000
 
 
 @dataclasses.dataclass(slots=True)
@@ -54,7 +59,7 @@ class _Lane:
 class Outbox:
     def __init__(
         self, *, queue_limit: int, max_inflight: int, max_diffs: int, max_bytes: int,
-        pacing_ms: int, ack_timeout_ms: int, max_attempts: int,
+        pacing_ms: int, ack_timeout_ms: int, max_attempts: int, delivered_timeout_ms: int = DELIVERED_ACK_TIMEOUT_MS,
     ) -> None:  # fmt: skip
         self.queue_limit = queue_limit
         self.max_inflight = max_inflight
@@ -63,6 +68,7 @@ class Outbox:
         self.pacing_ms = pacing_ms
         self.ack_timeout_ms = ack_timeout_ms
         self.max_attempts = max_attempts
+        self.delivered_timeout_ms = delivered_timeout_ms
         self._lanes: dict[str, _Lane] = {}
         self._batches: dict[int, Batch] = {}
         self._order = itertools.count()
@@ -121,6 +127,14 @@ class Outbox:
             else:
                 lane.rttvar = 0.75 * lane.rttvar + 0.25 * abs(lane.srtt - sample)
                 lane.srtt = 0.875 * lane.srtt + 0.125 * sample
+        return True
+
+    def delivered(self, peer_id: str, batch_id: int, now: int) -> bool:
+        """The peer took the batch's frame: wait longer for its ack (see the module docstring)."""
+        batch = self._batches.get(batch_id)
+        if batch is None or batch.peer_id != peer_id:
+            return False
+        batch.deadline = max(batch.deadline, now + self.delivered_timeout_ms)
         return True
 
     def expire(self, now: int) -> tuple[list[str], int]:

@@ -13,7 +13,9 @@ The effects of one event are carried out in order:
   POSTs with at most ``per_peer_concurrency`` requests in flight. A full queue drops
   the frame (counted; the engine retransmits data and gossips again); a failed send
   comes back as ``SendFailed(address)``. Idle lanes retire, so addresses that churn
-  leave nothing behind. A ``SendFrame`` marked ``in_reply`` (an ack, a pong, a gossip or
+  leave nothing behind. A data frame the peer's endpoint took comes back as
+  ``FrameDelivered(address, batch_id)`` (the engine then only waits for the ack, and
+  does not resend a batch the peer is still working on). A ``SendFrame`` marked ``in_reply`` (an ack, a pong, a gossip or
   repair reply) rides back in the response to the frame being handled, when its sender
   is still waiting for one (see below); frames in a response are fed to the engine as
   if they had arrived on their own. One HTTP exchange per data batch instead of two.
@@ -49,7 +51,8 @@ import trio
 
 from ..engine import MeshEngine
 from ..events import (
-    Effect, Event, FrameReceived, SendFailed, SendFrame, SetTimer, Started, StoreRemoteCell, TimerFired,
+    Effect, Event, FrameDelivered, FrameReceived, SendFailed, SendFrame, SetTimer, Started, StoreRemoteCell,
+    TimerFired,
 )  # fmt: skip
 from .transport import SendError, Transport
 
@@ -92,8 +95,8 @@ class _Lane:
     """The outgoing queue of one address."""
 
     address: str
-    tx: trio.MemorySendChannel[bytes]
-    rx: trio.MemoryReceiveChannel[bytes]
+    tx: trio.MemorySendChannel[tuple[bytes, int]]  # (frame, batch_id or 0)
+    rx: trio.MemoryReceiveChannel[tuple[bytes, int]]
     slots: trio.Semaphore
     queued: int = 0
     dropped: int = 0
@@ -270,13 +273,13 @@ class MeshRuntime:
     def _enqueue_frame(self, effect: SendFrame) -> None:
         lane = self._lanes.get(effect.address)
         if lane is None:
-            tx, rx = trio.open_memory_channel[bytes](self._peer_queue_limit)
+            tx, rx = trio.open_memory_channel[tuple[bytes, int]](self._peer_queue_limit)
             slots = trio.Semaphore(self._per_peer_concurrency)
             lane = self._lanes[effect.address] = _Lane(effect.address, tx, rx, slots)
             assert self._nursery is not None
             self._nursery.start_soon(self._lane_worker, lane)
         try:
-            lane.tx.send_nowait(effect.frame)
+            lane.tx.send_nowait((effect.frame, effect.batch_id))
         except trio.WouldBlock:
             lane.dropped += 1
             self.counters["frames_dropped_queue_full"] += 1
@@ -288,10 +291,10 @@ class MeshRuntime:
     async def _lane_worker(self, lane: _Lane) -> None:
         async with trio.open_nursery() as sends:
             while True:
-                frame: bytes | None = None
+                item: tuple[bytes, int] | None = None
                 with trio.move_on_after(self._lane_idle_timeout):
-                    frame = await lane.rx.receive()
-                if frame is None:
+                    item = await lane.rx.receive()
+                if item is None:
                     # Idle: retire if nothing is queued or in flight. No checkpoint between the
                     # check and the removal, so _enqueue_frame cannot slip a frame in between.
                     if lane.queued == 0 and not sends.child_tasks and self._lanes.get(lane.address) is lane:
@@ -300,9 +303,9 @@ class MeshRuntime:
                     continue
                 lane.queued -= 1
                 await lane.slots.acquire()
-                sends.start_soon(self._post, lane, frame)
+                sends.start_soon(self._post, lane, *item)
 
-    async def _post(self, lane: _Lane, frame: bytes) -> None:
+    async def _post(self, lane: _Lane, frame: bytes, batch_id: int = 0) -> None:
         try:
             replies = await self.transport.send(lane.address, frame)
         except SendError as exc:
@@ -319,6 +322,8 @@ class MeshRuntime:
             lane.slots.release()
             return
         lane.slots.release()
+        if batch_id:
+            self._events_tx.send_nowait((FrameDelivered(lane.address, batch_id), None))
         for reply in replies or ():
             self.counters["replies_received"] += 1
             await self.receive_frame(lane.address, reply)

@@ -13,6 +13,11 @@ engine's acks and repair must cope). Incoming frames from a blocked address get 
 503. Between two nodes in one process, where every sender is ``127.0.0.1`` with an
 ephemeral port, partition each side's *outgoing* traffic: ``a.partition(b)`` and
 ``b.partition(a)``. Random choices come from a seeded ``random.Random``.
+
+A daemon started with ``HYPHAE_MESH_FAULTS=/path/faults.json`` (a test hook, see
+``node/mesh_node.py``) keeps its plan equal to that file (:func:`watch_fault_file`,
+:meth:`FaultPlan.apply_spec`), so tests with real processes partition, slow down and
+heal running daemons by rewriting one file per node.
 """
 
 from __future__ import annotations

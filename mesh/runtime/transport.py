@@ -291,8 +291,9 @@ class MeshApp:
 
     def __init__(
         self, runtime: MeshRuntime, *, max_frame_bytes: int, faults: FaultPlan | None = None,
-        reply_within: float = REPLY_WITHIN,
+        reply_within: float | None = REPLY_WITHIN,
     ) -> None:  # fmt: skip
+        """``reply_within``: seconds to wait for the engine's replies to a frame; None answers 202 at once."""
         self.runtime = runtime
         self.max_frame_bytes = max_frame_bytes
         self.faults = faults

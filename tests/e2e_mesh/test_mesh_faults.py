@@ -53,6 +53,12 @@ class Drill:
             wait_beacons_known(node, 2 * (len(self.nodes) - 1))
         self.expected: dict[str, set[str]] = {n.name: set() for n in self.nodes}
         self.timings: dict[str, list[float]] = {}
+        for name, skew in SKEW_MS.items():  # the clock hook took: the node stamps by its own clock
+            node = self.node(name)
+            body = {"content": "what time is it here", "cell_type": "Fact", "project": "nobody"}
+            probe = node.rest("POST", "/v1/cells", self.keys[name], json=body, expect=201)["node_id"]
+            stamped = node.rest("GET", f"/v1/cells/{probe}", self.keys[name])["created_at"]
+            assert abs(stamped - time.time() * 1000 - skew) < 60_000, (name, stamped)
 
     def node(self, name: str) -> MeshNode:
         return next(n for n in self.nodes if n.name == name)

@@ -65,3 +65,21 @@ def test_the_wait_is_capped():
         now = batch.deadline
         box.expire(now)
     assert batch.deadline - batch.sent_at == MAX_ACK_TIMEOUT_MS
+
+
+def test_a_delivered_batch_waits_for_its_ack_instead_of_being_sent_again():
+    box = outbox(delivered_timeout_ms=15_000)
+    for seq in (1, 2):
+        box.enqueue("peer", diff(seq), 0.5)
+    delivered, pending = box.take("peer", 0), None
+    box.enqueue("peer", diff(3), 0.5)
+    pending = box.take("peer", 0)
+    assert box.delivered("peer", delivered.batch_id, 500)  # the peer's endpoint took it at 500 ms
+    assert not box.delivered("other", pending.batch_id, 500) and not box.delivered("peer", 999, 500)
+    assert box.expire(1_000) == ([], 0)
+    assert box.depth("peer") == 1  # the undelivered batch came back to the queue at its 1 s deadline
+    assert box.inflight("peer") == 1  # the delivered one is still waiting for its ack
+    box.expire(15_499)
+    assert box.inflight("peer") == 1
+    box.expire(15_500)  # no ack by then after all: sent again
+    assert box.inflight("peer") == 0 and box.depth("peer") == 3

@@ -17,8 +17,8 @@ import pytest
 import trio
 
 from mesh.events import (
-    ApplyRemoteBeacon, BeaconPlaced, CellStored, PeerDiscovered, PeerStateChanged, SendFailed, SendFrame, SetTimer,
-    Started, StoreRemoteCell, TimerFired,
+    ApplyRemoteBeacon, BeaconPlaced, CellStored, FrameDelivered, PeerDiscovered, PeerStateChanged, SendFailed, SendFrame,
+    SetTimer, Started, StoreRemoteCell, TimerFired,
 )  # fmt: skip
 from mesh.runtime import (
     FaultPlan, HttpTransport, MemoryHub, MemoryTransport, MeshRuntime, SendError, bind_mesh_socket, make_mesh_app,
@@ -259,7 +259,8 @@ async def test_effects_go_to_lanes_the_sink_and_failures_come_back_as_send_faile
     def script(event, now):
         if isinstance(event, PeerDiscovered):
             return [SendFrame("up:1", b"one", 0, True), PeerStateChanged("p", "up:1", "alive"),
-                    SendFrame("down:1", b"two", 0, True), SendFrame("up:1", b"three", 0, True)]  # fmt: skip
+                    SendFrame("down:1", b"two", 0, True), SendFrame("up:1", b"three", 0, True),
+                    SendFrame("up:1", b"data", 10, False, batch_id=7), SendFrame("down:1", b"lost", 10, False, batch_id=8)]  # fmt: skip
         return []
 
     engine, transport, sink = ScriptedEngine(script), ScriptedTransport(down={"down:1"}), RecordingSink()
@@ -268,12 +269,13 @@ async def test_effects_go_to_lanes_the_sink_and_failures_come_back_as_send_faile
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime.run)
             runtime.submit(PeerDiscovered("x"))
-            await eventually(lambda: engine.events(SendFailed), 2)
+            await eventually(lambda: len(engine.events(SendFailed)) == 2 and engine.events(FrameDelivered), 2)
             nursery.cancel_scope.cancel()
-    assert transport.sent == [("up:1", b"one"), ("up:1", b"three")]  # one lane per address, in order
+    assert transport.sent == [("up:1", b"one"), ("up:1", b"three"), ("up:1", b"data")]  # one lane per address, in order
     assert [e for _, e in sink.effects] == [PeerStateChanged("p", "up:1", "alive")]
-    assert [e for _, e in engine.events(SendFailed)] == [SendFailed("down:1")]
-    assert runtime.counters["send_failures"] == 1
+    assert [e for _, e in engine.events(SendFailed)] == [SendFailed("down:1")] * 2
+    assert [e for _, e in engine.events(FrameDelivered)] == [FrameDelivered("up:1", 7)]  # data batches only, once taken
+    assert runtime.counters["send_failures"] == 2
 
 
 async def test_a_full_lane_drops_frames_and_shutdown_leaves_nothing_running():
@@ -351,8 +353,8 @@ async def test_a_cell_reaches_the_interested_node_only(capsys):
             assert c.sink.cells() == {}
             assert a.runtime.status()["transport"]["failed"] == 0
             # Each data batch was acknowledged in the response to its own POST: no ACK request.
+            await eventually(lambda: a.engine.outbox.inflight(b.node_id) == 0, 3, "the last ack")
             assert b.runtime.counters["replies_in_response"] >= 5 and a.runtime.counters["replies_received"] >= 5
-            assert a.engine.outbox.inflight(b.node_id) == 0
             nursery.cancel_scope.cancel()
     with capsys.disabled():
         print(f"\nA store -> B sink over loopback HTTP: first {latencies[0]:.1f} ms, "
