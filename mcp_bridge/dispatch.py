@@ -107,9 +107,16 @@ def _object_params(method: str, params: dict[str, Any] | list[Any] | None) -> di
 class Dispatcher:
     """Answers MCP messages for one memory service; knows nothing of transports."""
 
-    def __init__(self, service: MemoryService, *, server_version: str) -> None:
+    def __init__(self, service: MemoryService, *, server_version: str, check_results: bool = False) -> None:
+        """``check_results`` checks every payload against its tool's outputSchema before it leaves.
+
+        Off in the daemon: the check costs about as much as the recall it guards, and the
+        contract tests (and SDK clients, which validate structuredContent) already hold every
+        tool to its schema. Tests and debugging turn it on to catch drift at the source.
+        """
         self._service = service
         self._server_version = server_version
+        self._check_results = check_results
         self._methods: dict[str, Callable[[dict[str, Any], Any], Awaitable[Any]]] = {
             "initialize": self._initialize,
             "ping": self._ping,
@@ -192,11 +199,15 @@ class Dispatcher:
         tool = get_tool(params["name"])
         arguments = validate_arguments(tool, params.get("arguments"))
         payload = await getattr(self._service, tool.name)(principal, **arguments)
-        try:
-            validate_result(tool, payload)
-        except SchemaViolation as violation:
-            logger.error("%s returned a result outside its outputSchema: %s", tool.name, violation)
-            raise internal_error() from None
+        if not isinstance(payload, dict):
+            logger.error("%s returned %s, not an object", tool.name, type(payload).__name__)
+            raise internal_error()
+        if self._check_results:
+            try:
+                validate_result(tool, payload)
+            except SchemaViolation as violation:
+                logger.error("%s returned a result outside its outputSchema: %s", tool.name, violation)
+                raise internal_error() from None
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         return {
             "content": [{"type": "text", "text": text}],

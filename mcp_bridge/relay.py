@@ -27,7 +27,7 @@ from . import jsonrpc
 from .errors import internal_error, reason_error
 from .jsonrpc import JsonRpcError
 
-__all__ = ["HttpRelay"]
+__all__ = ["HttpRelay", "relay_failure"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +76,17 @@ class HttpRelay:
 
     @staticmethod
     def _error(event: jsonrpc.Event, error: JsonRpcError) -> bytes | None:
-        if isinstance(event, jsonrpc.RequestReceived):
-            return jsonrpc.encode(jsonrpc.failure(event.id, error))
-        if isinstance(event, jsonrpc.MessageRejected):
-            return jsonrpc.encode(event.response())
-        return None
+        return _failure(event, error)
+
+
+def relay_failure(line: bytes, error: JsonRpcError) -> bytes | None:
+    """What the host gets for ``line`` when the relay could not carry it to the daemon."""
+    return _failure(jsonrpc.parse(line), error)
+
+
+def _failure(event: jsonrpc.Event, error: JsonRpcError) -> bytes | None:
+    if isinstance(event, jsonrpc.RequestReceived):
+        return jsonrpc.encode(jsonrpc.failure(event.id, error))
+    if isinstance(event, jsonrpc.MessageRejected):
+        return jsonrpc.encode(event.response())
+    return None

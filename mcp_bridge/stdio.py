@@ -46,14 +46,14 @@ _READ_SIZE = 1 << 16
 Handle = Callable[[bytes], Awaitable["bytes | None"]]
 
 
-class _LineTooLong:
+class LineTooLong:
     """Stands for a line that was longer than the limit (its bytes are dropped)."""
 
 
-_TOO_LONG = _LineTooLong()
+_TOO_LONG = LineTooLong()
 
 
-class _LineReader:
+class LineReader:
     """Splits a byte stream into lines without ever holding more than ~limit bytes."""
 
     def __init__(self, stream: Any, limit: int) -> None:
@@ -64,7 +64,7 @@ class _LineReader:
         self._discarding = False  # inside a too-long line, until its newline
         self._eof = False
 
-    async def next_line(self) -> bytes | _LineTooLong | None:
+    async def next_line(self) -> bytes | LineTooLong | None:
         """The next line (without its newline), ``_TOO_LONG``, or None at EOF."""
         while True:
             newline = self._buffer.find(b"\n", self._scanned)
@@ -172,7 +172,7 @@ async def serve_stdio(
         owned.append(stdout)
     write_lock = trio.Lock()
     in_flight = trio.Semaphore(MAX_IN_FLIGHT)
-    reader = _LineReader(stdin, max_line_bytes)
+    reader = LineReader(stdin, max_line_bytes)
 
     try:
         async with trio.open_nursery() as nursery:

@@ -202,6 +202,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     import httpx
 
     from mcp_bridge import HttpRelay, serve_stdio
+    from mcp_bridge.local import SocketRelay
 
     from .client import DaemonClient, ensure_daemon, key_is_active, running_daemon
     from .config import load_config
@@ -221,6 +222,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     print(f"hyphae mcp: serving agent {who['name']!r} through {info['api_url']}", file=sys.stderr)
 
     async def serve() -> None:
+        if info.get("mcp_socket"):  # same machine: the daemon's Unix socket, no HTTP per call
+            relay = SocketRelay(info["mcp_socket"], api_key)
+            try:
+                await serve_stdio(relay)
+            finally:
+                await relay.aclose()
+            return
         async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0)) as http:
             await serve_stdio(HttpRelay(info["api_url"], api_key, http))
 

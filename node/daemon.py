@@ -26,6 +26,8 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
+from mcp_bridge.local import SOCKET_NAME, bind_local_socket, serve_local_socket
+
 from .api import RestApi, make_api_app
 from .api.rest import _version
 from .config import load_config
@@ -75,14 +77,23 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | None = None):
+def _dispatcher(service: MemoryService):
+    """The one MCP dispatcher, shared by ``POST /mcp`` and the local socket of ``hyphae mcp``."""
+    from mcp_bridge import Dispatcher
+
+    from .metrics import InstrumentedTools
+
+    return Dispatcher(InstrumentedTools(service, service.metrics), server_version=_version())
+
+
+def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | None = None, dispatcher=None):
     """The API port's app; ``closing`` ends the dashboard's event streams at shutdown."""
-    from mcp_bridge import Dispatcher, make_mcp_app
+    from mcp_bridge import make_mcp_app
 
     from .api.dashboard import EVENTS_PATH, events_app, static_apps
-    from .metrics import InstrumentedTools, metrics_app
+    from .metrics import metrics_app
 
-    dispatcher = Dispatcher(InstrumentedTools(service, service.metrics), server_version=_version())
+    dispatcher = dispatcher or _dispatcher(service)
     rest = RestApi(service, admin_token)
     mcp_app = make_mcp_app(dispatcher, service.authenticate)
     mounts = {
@@ -184,7 +195,11 @@ async def run_daemon(
                 "version": _version(),
             }
             shutdown = trio.Event()
-            app = _build_app(service, admin_token, shutdown)
+            dispatcher = _dispatcher(service)
+            app = _build_app(service, admin_token, shutdown, dispatcher)
+            local_sock = bind_local_socket(home / SOCKET_NAME)
+            if local_sock is not None:
+                info["mcp_socket"] = str(home / SOCKET_NAME)
             served = trio.Event()
 
             async def run_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -197,6 +212,8 @@ async def run_daemon(
                 nursery.start_soon(_watch_signals, shutdown)
                 nursery.start_soon(_save_indexes_periodically, service)
                 await nursery.start(run_server)
+                if local_sock is not None:
+                    await nursery.start(serve_local_socket, local_sock, dispatcher, service.authenticate)
                 team = load_team(home)
                 if team is not None:
                     mesh_host, mesh_port = parse_listen(mesh or config.mesh_listen)
@@ -223,6 +240,7 @@ async def run_daemon(
             announce("Shutting down: requests drained; saving indexes.")
         finally:
             daemon_file.unlink(missing_ok=True)
+            (home / SOCKET_NAME).unlink(missing_ok=True)
             (home / ADMIN_TOKEN_FILE).unlink(missing_ok=True)
             await service.aclose()
     finally:

@@ -378,6 +378,33 @@ class LayerIndex:
                         return exact
                 fetch *= 2
 
+    def nearest_many(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The `k` nearest live labels and cosine distances for each row of `vectors`, unfiltered.
+
+        One hnswlib call for the whole batch (threads inside hnswlib, not a Python loop): the
+        indexer's near-duplicate check asks this for every batch it inserts. Rows with fewer than
+        `k` neighbours are padded with label -1 and distance 2 (the cosine maximum).
+        """
+        queries = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
+        labels = np.full((len(queries), k), -1, dtype=np.int64)
+        distances = np.full((len(queries), k), 2.0, dtype=np.float32)
+        with self._lock.read():
+            fetch = min(k, len(self))
+            if not fetch or not len(queries):
+                return labels, distances
+            try:
+                found, far = self._index.knn_query(queries, k=fetch, num_threads=os.cpu_count() or 1)
+            except RuntimeError:  # tombstones cut some query off from `fetch` live rows
+                found = None
+        if found is None:  # row by row, outside the lock: search() takes it again
+            for row, query in enumerate(queries):
+                for column, (label, distance) in enumerate(self.search(query, fetch)):
+                    labels[row, column], distances[row, column] = label, distance
+        else:
+            labels[:, :fetch] = found.astype(np.int64)
+            distances[:, :fetch] = far
+        return labels, distances
+
     def _knn(self, query: np.ndarray, fetch: int) -> tuple[np.ndarray, np.ndarray] | None:
         # hnswlib searches with ef = max(ef, k), so a large over-fetch widens the beam by itself and
         # concurrent searches never race on a shared set_ef.

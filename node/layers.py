@@ -320,10 +320,9 @@ class LayerSet:
         """Pairs (new, earlier, cos) with cos ≥ the threshold, against HNSW and within the batch."""
         pairs: list[tuple[int, int, float]] = []
         if len(index):
-            for label, vector in zip(labels.tolist(), vectors):
-                for other, distance in index.search(vector, 3):
-                    if 1.0 - distance >= self._near_cos:
-                        pairs.append((label, other, 1.0 - distance))
+            others, distances = index.nearest_many(vectors, 3)
+            for i, j in zip(*np.nonzero((others >= 0) & (1.0 - distances >= self._near_cos))):
+                pairs.append((int(labels[i]), int(others[i, j]), float(1.0 - distances[i, j])))
         if len(labels) > 1:
             similar = np.triu(vectors @ vectors.T, k=1) >= self._near_cos
             for i, j in zip(*np.nonzero(similar)):

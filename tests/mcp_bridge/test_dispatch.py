@@ -24,7 +24,7 @@ def fake() -> FakeService:
 
 @pytest.fixture
 def dispatcher(fake) -> Dispatcher:
-    return Dispatcher(fake, server_version="1.2.3")
+    return Dispatcher(fake, server_version="1.2.3", check_results=True)
 
 
 async def request(dispatcher, method, params=None, principal=ALICE, request_id=1):
@@ -284,7 +284,7 @@ async def test_bind_serves_bytes_for_one_principal(dispatcher, fake) -> None:
 
 async def test_the_real_facades_payloads_fit_every_output_schema(service, make_agent) -> None:
     """The same story through node.service (tests/conftest.py): contract drift shows up here."""
-    dispatcher = Dispatcher(service, server_version="0")
+    dispatcher = Dispatcher(service, server_version="0", check_results=True)
     alice, _ = await make_agent("mcp-alice")
     bob, _ = await make_agent("mcp-bob")
 

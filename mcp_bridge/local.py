@@ -1,0 +1,202 @@
+"""MCP between ``hyphae mcp`` and its daemon over a Unix socket in the data dir.
+
+An editor's stdio session is relayed to the daemon that owns the data dir. HTTP works
+for that (``HttpRelay``) but costs each call an HTTP request on both ends, which is most
+of a recall's round trip. On one machine the relay instead speaks to the daemon over
+``$HYPHAE_HOME/mcp.sock`` (mode 0600 inside the 0700 data dir: only the data dir's owner
+can connect), with the simplest framing that keeps requests and answers paired:
+
+    relay -> daemon   {"hyphae_mcp": 1, "key": "<api key>"}\\n     once, on connect
+    relay -> daemon   <one JSON-RPC message>\\n                     then, repeatedly
+    daemon -> relay   <the JSON-RPC response>\\n                    one line per line
+                      or an empty line when no response is owed (a notification)
+
+A connection carries one exchange at a time; the relay keeps a small pool of them so
+concurrent calls from the host run concurrently. The daemon authenticates the key on
+*every* line, exactly as it does an HTTP request's ``x-hyphae-key``, so a key revoked
+mid-session is refused on its next call; the relay never holds a principal.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from node.errors import HyphaeError
+
+from . import jsonrpc
+from .dispatch import Dispatcher
+from .errors import from_hyphae_error, internal_error, reason_error
+from .jsonrpc import INVALID_REQUEST, JsonRpcError
+from .relay import relay_failure
+from .stdio import MAX_LINE_BYTES, LineReader, LineTooLong
+
+__all__ = ["SOCKET_NAME", "LOCAL_PROTOCOL", "serve_local_socket", "SocketRelay"]
+
+logger = logging.getLogger(__name__)
+
+SOCKET_NAME = "mcp.sock"
+LOCAL_PROTOCOL = 1
+# sockaddr_un.sun_path is 108 bytes on Linux, 104 on macOS; longer paths cannot be bound.
+MAX_SOCKET_PATH = 100
+MAX_CONNECTIONS = 64
+
+Authenticate = Callable[[str], Awaitable[Any]]
+
+
+def _hello(api_key: str) -> bytes:
+    return json.dumps({"hyphae_mcp": LOCAL_PROTOCOL, "key": api_key}, separators=(",", ":")).encode() + b"\n"
+
+
+def _key_of(hello: bytes) -> str | None:
+    try:
+        message = json.loads(hello)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("hyphae_mcp") != LOCAL_PROTOCOL:
+        return None
+    key = message.get("key")
+    return key if isinstance(key, str) else None
+
+
+def bind_local_socket(path: Path) -> trio.socket.SocketType | None:
+    """A listening Unix socket at ``path`` (0600), or None when this system or path can't have one."""
+    if not hasattr(socket, "AF_UNIX") or len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        logger.info("no local MCP socket (path too long or no AF_UNIX); hyphae mcp relays over HTTP")
+        return None
+    path.unlink(missing_ok=True)  # a stale socket of a daemon that died; we hold the data-dir lock
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)  # born 0600: no window in which another user could connect
+    try:
+        sock.bind(os.fspath(path))
+        sock.listen(MAX_CONNECTIONS)
+    except OSError as exc:
+        sock.close()
+        logger.warning("cannot listen on %s (%s); hyphae mcp relays over HTTP", path, exc.strerror or exc)
+        return None
+    finally:
+        os.umask(old_umask)
+    return trio.socket.from_stdlib_socket(sock)
+
+
+async def serve_local_socket(
+    sock: trio.socket.SocketType,
+    dispatcher: Dispatcher,
+    authenticate: Authenticate,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the local protocol on a socket from :func:`bind_local_socket` until cancelled."""
+    listener = trio.SocketListener(sock)
+
+    async def connection(stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                await _serve_connection(stream, dispatcher, authenticate)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the relay went away mid-answer; nothing is owed to anyone
+
+    await trio.serve_listeners(connection, [listener], task_status=task_status)
+
+
+async def _serve_connection(stream: trio.SocketStream, dispatcher: Dispatcher, authenticate: Authenticate) -> None:
+    reader = LineReader(stream, MAX_LINE_BYTES)
+    hello = await reader.next_line()
+    if not isinstance(hello, bytes):
+        return
+    api_key = _key_of(hello)
+    if api_key is None:
+        error = JsonRpcError(INVALID_REQUEST, "expected the hyphae local MCP hello line", {"reason": "invalid_argument"})
+        await stream.send_all(jsonrpc.encode(jsonrpc.failure(None, error)) + b"\n")
+        return
+    while True:
+        line = await reader.next_line()
+        if line is None:
+            return
+        if isinstance(line, LineTooLong):
+            error = JsonRpcError(
+                INVALID_REQUEST, f"message exceeds {MAX_LINE_BYTES} bytes",
+                {"reason": "too_large", "limit": MAX_LINE_BYTES},
+            )
+            await stream.send_all(jsonrpc.encode(jsonrpc.failure(None, error)) + b"\n")
+            continue
+        await stream.send_all(await _answer(line, api_key, dispatcher, authenticate) + b"\n")
+
+
+async def _answer(line: bytes, api_key: str, dispatcher: Dispatcher, authenticate: Authenticate) -> bytes:
+    """The response line for one message (empty when none is owed); never raises."""
+    try:
+        principal = await authenticate(api_key)
+    except HyphaeError as exc:
+        event = jsonrpc.parse(line)
+        if not isinstance(event, jsonrpc.RequestReceived):
+            return b""
+        return jsonrpc.encode(jsonrpc.failure(event.id, from_hyphae_error(exc)))
+    try:
+        response = await dispatcher.handle(line, principal)
+    except Exception:  # the dispatcher's own boundary failed: still answer, keep serving
+        logger.exception("handling a local MCP message failed")
+        event = jsonrpc.parse(line)
+        if not isinstance(event, jsonrpc.RequestReceived):
+            return b""
+        return jsonrpc.encode(jsonrpc.failure(event.id, internal_error()))
+    return b"" if response is None else jsonrpc.encode(response)
+
+
+class _Connection:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.reader = LineReader(stream, MAX_LINE_BYTES * 2)  # answers may be longer than requests
+
+
+class SocketRelay:
+    """``await relay(line) -> bytes | None``: one stdio line through the daemon's local socket."""
+
+    def __init__(self, path: Path | str, api_key: str) -> None:
+        self._path = os.fspath(path)
+        self._api_key = api_key
+        self._idle: list[_Connection] = []
+
+    async def __call__(self, line: bytes) -> bytes | None:
+        connection = self._idle.pop() if self._idle else None
+        try:
+            if connection is None:
+                connection = await self._connect()
+            await connection.stream.send_all(line + b"\n")
+            answer = await connection.reader.next_line()
+        except OSError as exc:
+            # connect: ENOENT / ECONNREFUSED when no daemon listens; later: the daemon died.
+            await self._discard(connection)
+            gone = "is not running" if exc.errno in (errno.ENOENT, errno.ECONNREFUSED) else "went away"
+            return relay_failure(line, reason_error("unavailable", f"the hyphae daemon ({self._path}) {gone}"))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._discard(connection)
+            return relay_failure(line, reason_error("unavailable", f"the hyphae daemon ({self._path}) went away"))
+        if not isinstance(answer, bytes):  # EOF or an impossible line: the daemon went away
+            await self._discard(connection)
+            return relay_failure(line, reason_error("unavailable", f"the hyphae daemon ({self._path}) went away"))
+        self._idle.append(connection)
+        return answer or None
+
+    async def _connect(self) -> _Connection:
+        stream = await trio.open_unix_socket(self._path)
+        await stream.send_all(_hello(self._api_key))
+        return _Connection(stream)
+
+    @staticmethod
+    async def _discard(connection: _Connection | None) -> None:
+        if connection is not None:
+            with trio.CancelScope(shield=True):
+                await connection.stream.aclose()
+
+    async def aclose(self) -> None:
+        while self._idle:
+            await self._discard(self._idle.pop())
