@@ -67,5 +67,6 @@ class MeshConfig:
     max_future_skew_ms: int = 60_000
     frame_max_age_ms: int = 120_000  # replay window for sealed frames
     limits: WireLimits = dataclasses.field(default_factory=WireLimits)
-    # partial view
-    max_neighbours: int = 8
+    # partial view (view="partial"): a bounded set of gossip neighbours, interests known within a radius
+    max_neighbours: int = 8  # active view: peers we gossip and ping
+    interest_radius: int = 2  # hops over which control diffs (peers, beacons) replicate

@@ -33,12 +33,27 @@ class ControlState:
     def __init__(self) -> None:
         self._versions: dict[str, int] = {}
         self._entries: dict[str, dict[tuple[str, str], Diff]] = {}
+        self.distance: dict[str, int] = {}  # origin -> hops (partial view only)
 
     def version(self, origin: str) -> int:
         return self._versions.get(origin, 0)
 
-    def digest(self) -> dict[str, int]:
-        return dict(self._versions)
+    def __len__(self) -> int:
+        return len(self._versions)
+
+    def digest(self, max_distance: int | None = None) -> dict[str, int]:
+        if max_distance is None:
+            return dict(self._versions)
+        dist = self.distance
+        return {o: v for o, v in self._versions.items() if dist.get(o, 0) <= max_distance}
+
+    def closer(self, origin: str, hops: int) -> bool:
+        """Record that ``origin`` is ``hops`` away if that is nearer than we knew; True if so."""
+        known = self.distance.get(origin)
+        if known is not None and known <= hops:
+            return False
+        self.distance[origin] = hops
+        return True
 
     def entries(self, origin: str) -> Iterable[Diff]:
         return self._entries.get(origin, {}).values()
@@ -55,23 +70,42 @@ class ControlState:
         self._versions[diff.origin] = max(diff.seq, self._versions.get(diff.origin, 0))
         return previous
 
-    def needs_from(self, digest: Mapping[str, int]) -> bool:
-        """Does the peer that sent ``digest`` hold anything we lack?"""
+    def needs_from(self, digest: Mapping[str, int], known_only: bool = False) -> bool:
+        """Does the peer that sent ``digest`` hold anything we lack?
+
+        ``known_only`` (partial view): count only origins we already hold. A peer lists
+        origins at the edge of its radius that it will not share; new origins reach us
+        anyway when our own digest, which lacks them, goes the other way.
+        """
         versions = self._versions
+        if known_only:
+            return any(v > versions[origin] for origin, v in digest.items() if origin in versions)
         return any(v > versions.get(origin, 0) for origin, v in digest.items())
 
-    def delta_for(self, digest: Mapping[str, int], max_diffs: int, max_bytes: int) -> list[Diff]:
-        """Entries newer than ``digest``, as per-origin prefixes, within the limits."""
+    def forget(self, origin: str) -> None:
+        """Drop everything of an origin (it moved out of our radius)."""
+        self._versions.pop(origin, None)
+        self._entries.pop(origin, None)
+        self.distance.pop(origin, None)
+
+    def delta_for(
+        self, digest: Mapping[str, int], max_diffs: int, max_bytes: int, max_distance: int | None = None
+    ) -> list[Diff]:
+        """Entries newer than ``digest``, as per-origin prefixes, within the limits (and the radius)."""
         out: list[Diff] = []
         size = 0
+        dist = self.distance
         for origin, version in self._versions.items():
             theirs = digest.get(origin, 0)
             if version <= theirs:
                 continue
+            if max_distance is not None and dist.get(origin, 0) > max_distance:
+                continue
             newer = sorted((d for d in self._entries[origin].values() if d.seq > theirs), key=lambda d: d.seq)
+            hops = None if max_distance is None else dist.get(origin, 0) + 1
             for diff in newer:
                 if len(out) >= max_diffs or size + diff.size > max_bytes:
                     return out
-                out.append(diff)
+                out.append(diff if hops is None else diff.routed(hops=hops, ttl=0))
                 size += diff.size
         return out

@@ -17,6 +17,12 @@ never touches a socket. Five parts, one module each:
   owners, batched per peer, highest energy first, acknowledged and retransmitted.
 * **repair** (:mod:`mesh.repair`): on (re)connect and periodically, ask a peer for
   what matches my beacons in its log after the position it last served me.
+* **views**: ``view="full"`` (the LAN default) knows every member and beacon and
+  routes with :class:`FullView`. ``view="partial"`` (large meshes) gossips with at most
+  ``max_neighbours`` neighbours, replicates control diffs only ``interest_radius`` hops
+  (:mod:`mesh.control`), pushes data straight to the beacon owners it knows (contacts
+  from ``peer`` diffs within the radius) and lets recipients relay within the hop
+  budget (:class:`PartialView`).
 * **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
   replay and clock skew; every diff for membership, signature and duplication. Each
   rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
@@ -48,7 +54,7 @@ from .membership import Keyring, Liveness, Peer, PeerState, PeerTable
 from .memory import DiffLog
 from .outbox import Batch, Outbox
 from .repair import RepairClient, answer_repair
-from .routing import BeaconIndex, FullView, RoutingPolicy
+from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy
 from .team import FRAME_OVERHEAD, FrameSealer
 from .wire import (
     CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, Envelope, MsgType, Payload,
@@ -62,6 +68,7 @@ Signer = Callable[[bytes], bytes]
 Verifier = Callable[[bytes, bytes, bytes], bool]  # (public_key, signature, message)
 
 _GOSSIP, _LIVENESS, _REPAIR, _OUTBOX = "gossip", "liveness", "repair", "outbox"
+_OUT_OF_RADIUS = "out_of_radius"  # a control diff from farther than the interest radius (partial view)
 
 
 @dataclasses.dataclass
@@ -120,7 +127,20 @@ class MeshEngine:
         self.peers = PeerTable(self.node_id)
         self.control = ControlState()
         self.beacons = BeaconIndex()
-        self.router: RoutingPolicy = router(self) if router else FullView(self.node_id, self.beacons, energy)
+        self.partial = config.view == "partial"
+        self.control.distance[self.node_id] = 0
+        self.contacts: dict[str, str] = {}  # partial view: node id -> address, from peer diffs within the radius
+        self.own_beacons = BeaconIndex()
+        if router is not None:
+            self.router: RoutingPolicy = router(self)
+        elif self.partial:
+            self.router = PartialView(
+                self.node_id, self.beacons, energy,
+                lambda: [p.node_id for p in self.peers.neighbours(PeerState.ALIVE, PeerState.SUSPECT)], self._rng.choice,
+                self.own_beacons,
+            )  # fmt: skip
+        else:
+            self.router = FullView(self.node_id, self.beacons, energy)
         limits = config.limits
         self._max_bytes = limits.max_frame_bytes - FRAME_OVERHEAD - 4096
         self.outbox = Outbox(
@@ -216,7 +236,7 @@ class MeshEngine:
         self.store.put(diff, self._now)
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
-        for peer_id in self.router.origin_targets(diff, cell, self._now):
+        for peer_id in self.router.origin_targets(wire, cell, self._now):
             self._enqueue(peer_id, wire, e0)
 
     def _on_cell_forgotten(self, event: CellForgotten) -> None:
@@ -230,17 +250,19 @@ class MeshEngine:
             return  # nobody was sent the cell by us; repair carries the tombstone to holders
         cell = ref.payload
         e0 = self.energy.initial(cell.salience, cell.cell_type)
-        targets = self.router.origin_targets(diff, cell, self._now)
+        wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
+        targets = self.router.origin_targets(wire, cell, self._now)
         if ref.origin != self.node_id:
             targets.add(ref.origin)
-        wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
         for peer_id in targets:
             self._enqueue(peer_id, wire, e0)
 
     def _on_beacon_placed(self, event: BeaconPlaced) -> None:
+        self.own_beacons.add(event.beacon, self.node_id, self._now)
         self._publish(event.beacon)
 
     def _on_beacon_removed(self, event: BeaconRemoved) -> None:
+        self.own_beacons.remove(event.beacon_id)
         self._publish(UnbeaconPayload(event.beacon_id, event.tenant_id))
 
     def _on_scene_changed(self, event: SceneChanged) -> None:
@@ -338,6 +360,9 @@ class MeshEngine:
 
     def _enqueue(self, peer_id: str, diff: Diff, energy: float) -> None:
         peer = self.peers.get(peer_id)
+        if peer is None and peer_id in self.contacts:
+            peer, _ = self.peers.learn(peer_id, self.contacts[peer_id], self._now)
+            peer.neighbour = False
         if peer is None or peer.state is PeerState.DEAD:
             self._drop(Reason.PEER_DEAD)
             return
@@ -387,7 +412,7 @@ class MeshEngine:
         if self.keyring.get(sender_id) is None and (entry is None or not self.keyring.learn(sender_id, *entry)):
             self._drop(Reason.NOT_MEMBER)
             return
-        peer = self._heard(sender_id, env.sender_address or event.address, event.address)
+        peer = self._heard(sender_id, env.sender_address or event.address, event.address, env.type)
         self._receivers[env.type](env, peer)
 
     def _fresh(self, env: Envelope, nonce: bytes, sender_id: str) -> bool:
@@ -425,10 +450,15 @@ class MeshEngine:
         order.append((max(expires, order[-1][0] if order else expires), nonce))
         return True
 
-    def _heard(self, sender_id: str, address: str, source: str) -> Peer:
+    def _heard(self, sender_id: str, address: str, source: str, mtype: MsgType = MsgType.GOSSIP) -> Peer:
         peer, is_new = self.peers.learn(sender_id, address, self._now)
-        self._contacts.pop(address, None)
-        self._contacts.pop(source, None)
+        invited = self._contacts.pop(address, None) is not None
+        invited = self._contacts.pop(source, None) is not None or invited
+        if self.partial and (is_new or not peer.neighbour):
+            # A neighbour is a seed we contacted, or a peer that gossips with us while there is room.
+            peer.neighbour = invited or (
+                mtype is MsgType.GOSSIP and len(self.peers.neighbours()) < self.config.max_neighbours
+            )
         if is_new:
             self._out.append(PeerStateChanged(sender_id, peer.address, peer.state.value))
             self._request_repair(peer)
@@ -507,8 +537,9 @@ class MeshEngine:
         if env.digest is None or not env.reply_wanted:
             return
         limits = self.config.limits
-        delta = self.control.delta_for(env.digest, limits.max_diffs, self._max_bytes)
-        need = self.control.needs_from(env.digest)
+        share = self.config.interest_radius - 1 if self.partial else None
+        delta = self.control.delta_for(env.digest, limits.max_diffs, self._max_bytes, share)
+        need = self.control.needs_from(env.digest, known_only=self.partial)
         if delta or need:
             self._send(
                 peer.address, MsgType.GOSSIP, tuple(delta),
@@ -519,13 +550,21 @@ class MeshEngine:
         if diff.kind not in CONTROL_KINDS:
             self._drop(Reason.MALFORMED)
             return
+        if self.partial and not 1 <= diff.hops <= self.config.interest_radius:
+            self._drop(_OUT_OF_RADIUS)
+            return
         if diff.origin == self.node_id or not self.control.is_new(diff):
+            if self.partial and diff.origin in self.control.distance:
+                self.control.closer(diff.origin, diff.hops)
             self._drop(Reason.STALE)
             return
         if not self._admit(diff, env):
             return
         self.control.apply(diff)
-        self.store.put(diff, self._now)  # so a restart starts from it (see _restore_control)
+        if self.partial:
+            self.control.closer(diff.origin, diff.hops)
+        else:
+            self.store.put(diff, self._now)  # so a restart starts from it (see _restore_control)
         self.counters.diffs_accepted[diff.kind.name.lower()] += 1
         p, origin = diff.payload, diff.origin
         if isinstance(p, BeaconPayload):
@@ -537,6 +576,11 @@ class MeshEngine:
         elif isinstance(p, ScenePayload):
             self._out.append(ApplyScene(p.data, origin))
         elif isinstance(p, PeerPayload):
+            if self.partial:
+                self.contacts[origin] = p.address  # pushed to directly, not gossiped with
+                if self.peers.get(origin) is not None:
+                    self.peers.learn(origin, p.address, self._now)
+                return
             known = self.peers.get(origin)
             moved = known is not None and known.address != p.address
             peer, is_new = self.peers.learn(origin, p.address, self._now)
@@ -546,7 +590,7 @@ class MeshEngine:
                 self._send_gossip(peer.address)  # it restarted elsewhere: try there now, not at the next probe
 
     def _gossip_round(self) -> None:
-        live = self.peers.in_state(PeerState.ALIVE, PeerState.SUSPECT)
+        live = (self.peers.neighbours if self.partial else self.peers.in_state)(PeerState.ALIVE, PeerState.SUSPECT)
         if live:
             self._send_gossip(self._rng.choice(live).address)
         now = self._now
@@ -587,7 +631,7 @@ class MeshEngine:
         """Time out pings and suspicion; probe the few peers silent the longest (SWIM-like)."""
         cfg, now = self.config, self._now
         due: list[Peer] = []
-        for peer in list(self.peers):
+        for peer in self.peers.neighbours() if self.partial else list(self.peers):
             if peer.ping_nonce and now - peer.ping_sent_at >= cfg.ping_timeout_ms:
                 peer.ping_nonce = 0
                 self._liveness(peer, Liveness.FAILED)
@@ -617,7 +661,7 @@ class MeshEngine:
                 if (peer := self.peers.get(peer_id)) is not None and peer.state is not PeerState.DEAD:
                     self._request_repair(peer)
         if self._next_repair_at is not None and self._next_repair_at <= now:
-            live = self.peers.in_state(PeerState.ALIVE)
+            live = (self.peers.neighbours if self.partial else self.peers.in_state)(PeerState.ALIVE)
             if live:
                 self._request_repair(self._rng.choice(live))
             self._next_repair_at = now + self._jitter(self.config.repair_interval_ms)

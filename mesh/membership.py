@@ -13,6 +13,11 @@ HEARD is any authenticated frame from the peer; FAILED is a ping without answer,
 a send the runtime could not make, or a batch given up; EXPIRED is "suspect for
 ``suspect_timeout_ms``". Peers learned from gossip start alive (optimistic): a
 failed probe corrects that within a few seconds.
+
+In a partial view only *neighbours* (at most ``max_neighbours``: the seeds we contacted
+and the peers that gossip with us while there is room) are gossiped with and pinged;
+other peers are contacts we push data to directly, learned from ``peer`` diffs within
+the interest radius, whose liveness comes from acks and failed sends.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class Peer:
     heard_at: int = 0  # last authenticated frame
     ping_nonce: int = 0  # outstanding ping, 0 if none
     ping_sent_at: int = 0
+    neighbour: bool = True  # in a partial view: gossiped with and pinged, not just sent data
 
 
 class PeerTable:
@@ -108,6 +114,9 @@ class PeerTable:
 
     def in_state(self, *states: PeerState) -> list[Peer]:
         return [p for p in self._peers.values() if p.state in states]
+
+    def neighbours(self, *states: PeerState) -> list[Peer]:
+        return [p for p in self._peers.values() if p.neighbour and (not states or p.state in states)]
 
 
 class Keyring:

@@ -10,15 +10,19 @@ Routing policies decide where a diff goes:
 
 * :class:`FullView` (every member knows every beacon): the origin pushes straight to
   the owners of matching beacons; nobody relays.
-* partial view (large meshes): a relay forwards toward advertised interests while the
-  hop budget lasts. The engine asks the policy ``relay_targets`` for every data diff it
-  accepts, so a partial-view policy only has to answer that question.
+* :class:`PartialView` (large meshes): a node knows the beacons of the nodes within its
+  interest radius only (the control plane replicates that far). The origin pushes to
+  the owners of the matching beacons it knows; every node that accepts the cell does
+  the same with *its* known beacons while the hop budget (``ttl``) lasts, so the cell
+  travels from interest to interest. Where a node knows no matching beacon and wanted
+  the cell no more than its origin did, it hands the cell to one neighbour (a walk
+  toward interest it cannot see), also within the budget.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import numpy as np
@@ -26,7 +30,7 @@ import numpy as np
 from .config import EnergyParams
 from .wire import BeaconPayload, CellPayload, Diff
 
-__all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView"]
+__all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView", "PartialView"]
 
 _NEVER = np.iinfo(np.int64).max
 _ANY = -1
@@ -163,6 +167,9 @@ class BeaconIndex:
     def of_owner(self, owner: str) -> list[IndexedBeacon]:
         return list(self._by_owner.get(owner, {}).values())
 
+    def owners(self) -> set[str]:
+        return set(self._by_owner)
+
     def match(self, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> list[IndexedBeacon]:
         """Every live beacon that accepts ``cell`` (DESIGN §4 matching and filters)."""
         group = self._groups.get((cell.tenant_id, cell.embedding_space))
@@ -232,3 +239,41 @@ class FullView:
 
     def relay_targets(self, diff: Diff, cell: CellPayload | None, sender: str, now: int) -> set[str]:
         return set()
+
+
+class PartialView:
+    """Interests known within a radius; recipients relay to the interests they know.
+
+    ``mine`` holds this node's own beacons; ``neighbours()`` returns the live gossip
+    neighbours (node ids); ``choose`` picks one (the engine's seeded rng) for the walk.
+    """
+
+    def __init__(
+        self, self_id: str, index: BeaconIndex, energy: EnergyParams, neighbours: Callable[[], list[str]],
+        choose: Callable[[list[str]], str], mine: BeaconIndex | None = None,
+    ) -> None:  # fmt: skip
+        self.self_id = self_id
+        self.index = index
+        self.energy = energy
+        self.neighbours = neighbours
+        self.choose = choose
+        self.mine = mine if mine is not None else BeaconIndex()
+
+    def _targets(self, cell: CellPayload, now: int, exclude: set[str], onward_ttl: int, relay: bool) -> set[str]:
+        e0 = self.energy.initial(cell.salience, cell.cell_type)
+        owners = {e.owner for e in self.index.match(cell, e0, now, self.energy)} - exclude
+        if owners or onward_ttl <= 0 or (relay and self.mine.match(cell, e0, now, self.energy)):
+            return owners
+        # No interest in sight: a neighbour we hand it to sees another radius (its own
+        # neighbours' interests we already know, so only worth it if it may relay on).
+        candidates = sorted(set(self.neighbours()) - exclude)
+        return {self.choose(candidates)} if candidates else set()
+
+    def origin_targets(self, diff: Diff, cell: CellPayload, now: int) -> set[str]:
+        """``diff`` as it goes out: its ``ttl`` is what the first receiver may still spend."""
+        return self._targets(cell, now, {self.self_id}, diff.ttl, relay=False)
+
+    def relay_targets(self, diff: Diff, cell: CellPayload | None, sender: str, now: int) -> set[str]:
+        if cell is None or diff.ttl <= 0:
+            return set()
+        return self._targets(cell, now, {self.self_id, sender, diff.origin}, diff.ttl - 1, relay=True)

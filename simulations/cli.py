@@ -49,6 +49,8 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("--zipf", type=float, default=1.0, help="topic popularity skew")
     p.add_argument("--store-interval-ms", type=int, default=50)
     p.add_argument("--drain-ms", type=int, help="virtual time after the last store (default 10 s, 75 s if hostile)")
+    p.add_argument("--warmup-max-ms", type=int, default=120_000,
+                   help="virtual time the control plane may take to settle before the first store")
     p.add_argument("--degree", type=int, default=8, help="flood overlay mean degree")
     p.add_argument("--fanout", type=int, default=4, help="random_push fanout")
     p.add_argument("--ttl", type=int, default=6, help="random_push hops")
@@ -76,7 +78,7 @@ def config_from(args: argparse.Namespace, **overrides: object) -> RunConfig:
         strategies=tuple(s.strip() for s in args.strategy.split(",") if s.strip()), dim=args.dim,
         topics=args.topics, beacons_per_node=args.beacons_per_node, zipf=args.zipf,
         store_interval_ms=args.store_interval_ms, drain_ms=args.drain_ms, degree=args.degree, fanout=args.fanout,
-        ttl=args.ttl, mesh=_mesh_overrides(args.mesh),
+        ttl=args.ttl, mesh=_mesh_overrides(args.mesh), warmup_max_ms=args.warmup_max_ms,
     )  # fmt: skip
     values.update(overrides)
     return RunConfig(**values)  # type: ignore[arg-type]

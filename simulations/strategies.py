@@ -45,6 +45,7 @@ class Context:
     mesh_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     warmup_max_ms: int = 120_000
     seeds_per_node: int = 2
+    partial_seeds: int = 3  # partial view: random members each node is told about (mean degree ~2x)
     degree: int = 8  # flood overlay
     fanout: int = 4  # random push
     ttl: int = 6  # random push
@@ -73,19 +74,15 @@ def _cell_index(cell_id: str) -> int:
 
 
 class Hyphae:
-    """The real engine on every node, full view."""
+    """The real engine on every node, in the view the run asks for (``MeshConfig.view``)."""
 
     name = "hyphae"
 
     def run(self, ctx: Context) -> Outcome:
-        if ctx.view != "full":
-            raise NotImplementedError(
-                "view=partial: the engine has no partial-view RoutingPolicy yet (mesh/routing.py documents it as a "
-                "hook; MeshConfig.view and max_neighbours are not read by mesh/engine.py), so it would run full view"
-            )
         w, n = ctx.workload, ctx.workload.spec.nodes
         team = Team("simulation", hashlib.blake2b(f"team:{ctx.seed}".encode(), digest_size=32).digest())
-        net = SimNetwork(ctx.model, seed=ctx.seed, team=team, energy=ctx.energy, **ctx.mesh_config)
+        config = {"view": ctx.view, **ctx.mesh_config}
+        net = SimNetwork(ctx.model, seed=ctx.seed, team=team, energy=ctx.energy, **config)
         rec = Recorder(len(w.cells))
         opener = PlainSealer(team, random.Random(0))
         limits = net.build(address(0)).config.limits
@@ -120,14 +117,21 @@ class Hyphae:
         net.on_effect = on_effect
         net.on_frame = on_frame
         seed_rng = random.Random(f"{ctx.seed}:seeds")
+        partial = ctx.view == "partial"
         for i in range(n):
             addr = address(i)
             net.add(net.build(addr))
             net.own_beacons[addr] = w.beacons_of(i)
-            net.seeds[addr] = [address(j) for j in sorted(set(seed_rng.sample(range(i), min(i, ctx.seeds_per_node))))]
+            if partial:  # a few random members each (discovery's job): a random overlay
+                picks = seed_rng.sample(range(n - 1), min(n - 1, ctx.partial_seeds))
+                seeds = sorted({j if j < i else j + 1 for j in picks})
+            else:  # a few earlier members each: the full view learns the rest by gossip
+                seeds = sorted(set(seed_rng.sample(range(i), min(i, ctx.seeds_per_node))))
+            net.seeds[addr] = [address(j) for j in seeds]
         for i in range(n):
             net.boot(address(i))
-        warmup_ms, converged = _warm_up(net, w, ctx.warmup_max_ms)
+        warm_up = _warm_up_partial if partial else _warm_up
+        warmup_ms, converged = warm_up(net, w, ctx.warmup_max_ms)
         origin_ms = net.now
         ctx.model.bind(origin_ms)
         net.schedule_outages()
@@ -164,6 +168,21 @@ def _warm_up(net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 500) -> t
             return net.now - start, not pending
         hosts = pending
         net.run_for(step_ms)
+
+
+def _warm_up_partial(net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 1000) -> tuple[int, bool]:
+    """Run until no node learns a new beacon or contact for two steps running (or ``max_ms``)."""
+    start = net.now
+    hosts = list(net.hosts.values())
+    last, calm = -1, 0
+    while net.now - start < max_ms:
+        net.run_for(step_ms)
+        known = sum(len(h.engine.beacons) + len(h.engine.contacts) for h in hosts)
+        calm = calm + 1 if known == last else 0
+        last = known
+        if calm >= 2:
+            return net.now - start, True
+    return net.now - start, False
 
 
 # -- yardsticks -------------------------------------------------------------------------

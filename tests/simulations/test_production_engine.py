@@ -22,6 +22,17 @@ def test_hyphae_follows_the_engines_router(monkeypatch):
     assert after["delivery_ratio"] == 0.0 and after["messages_per_store"] == 0.0
 
 
+def test_partial_view_is_the_engines_partial_policy(monkeypatch):
+    """In a partial view, cells travel several hops because the engine's PartialView relays them."""
+    cfg = RunConfig(nodes=40, stores=20, seed=2, view="partial", strategies=("hyphae",), dim=16, topics=3,
+                    beacons_per_node=1, drain_ms=5000, warmup_max_ms=20_000)  # fmt: skip
+    before = run(cfg).summary["strategies"]["hyphae"]
+    assert before["hops_max"] > 1 and before["delivery_ratio"] > 0.8
+    monkeypatch.setattr(routing.PartialView, "relay_targets", lambda self, diff, cell, sender, now: set())
+    after = run(cfg).summary["strategies"]["hyphae"]
+    assert after["hops_max"] == 1 and after["delivery_ratio"] < before["delivery_ratio"]
+
+
 def test_hyphae_follows_the_engines_matching(monkeypatch):
     """Matching lives in mesh.routing.BeaconIndex: loosen it and precision falls."""
     cfg = RunConfig(nodes=6, stores=6, seed=7, strategies=("hyphae",), dim=16, topics=3, beacons_per_node=1,
