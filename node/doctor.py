@@ -216,7 +216,7 @@ def _zeroconf(config: NodeConfig, open_zeroconf: Callable[[], None]) -> Check:
         return Check("zeroconf", OK, "LAN discovery is off ([mesh] discovery = false): static peers only")
     try:
         open_zeroconf()
-    except (OSError, RuntimeError) as exc:
+    except Exception as exc:  # a probe of a third-party stack: whatever it raises is the finding
         return Check("zeroconf", WARN, f"LAN discovery cannot start: {exc}",
                      "allow multicast DNS (UDP 5353) on your network interface, or list peers in [mesh] peers / `hyphae up --peer HOST:7979`")  # fmt: skip
     return Check("zeroconf", OK, "multicast DNS starts on this machine's interfaces")
