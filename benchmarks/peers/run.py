@@ -28,7 +28,7 @@ import asyncio
 import json
 import os
 import platform
-import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,19 +79,38 @@ def fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figure by figure, the median over rounds (rounds that failed are left out)."""
+    good = [r for r in results if "error" not in r]
+    if not good:
+        return results[0]
+
+    def merge(values: list[Any]) -> Any:
+        if all(isinstance(v, dict) for v in values):
+            return {k: merge([v[k] for v in values if k in v]) for k in values[0]}
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return statistics.median(values)
+        return values[0]
+
+    merged = merge(good)
+    merged["rounds"] = len(good)
+    return merged
+
+
 def perf_table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
     head = ("| server | start-up s | 2nd session s | stores/s | store p50 / p99 ms | first store ms | searches/s "
-            "| search p50 / p99 ms | RSS MB (peak) | hit@1 | hit@5 | empty answers |")  # fmt: skip
-    rows = [head, "|" + " --- |" * 12]
+            "| search p50 / p99 ms | repeated searches/s | RSS MB (peak) | hit@1 | hit@5 | empty answers |")  # fmt: skip
+    rows = [head, "|" + " --- |" * 13]
     for name, r in results.items():
         if "error" in r:
-            rows.append(f"| {labels[name]} | failed: {r['error'][:120]} |" + " |" * 10)
+            rows.append(f"| {labels[name]} | failed: {r['error'][:120]} |" + " |" * 11)
             continue
-        s, q, m, k = r["store"], r["search"], r["memory"], r["quality"]
+        s, q, m, k = r["store"], r["search_first_pass"], r["memory"], r["quality"]
+        repeat = r.get("search_repeat", {}).get("per_s")
         rows.append(
             f"| {labels[name]} | {fmt(r['startup_s'], 2)} | {fmt(r['restart_s'], 2)} | {fmt(s['per_s'])} "
             f"| {fmt(s['p50_ms'])} / {fmt(s['p99_ms'])} | {fmt(r['first_store_ms'], 0)} | {fmt(q['per_s'])} "
-            f"| {fmt(q['p50_ms'])} / {fmt(q['p99_ms'])} | {fmt(m['rss_mb'], 0)} ({fmt(m['peak_rss_mb'], 0)}) "
+            f"| {fmt(q['p50_ms'])} / {fmt(q['p99_ms'])} | {fmt(repeat)} | {fmt(m['rss_mb'], 0)} ({fmt(m['peak_rss_mb'], 0)}) "
             f"| {k['hit@1']:.2f} | {k['hit@5']:.2f} | {k['empty']:.2f} |"
         )
     return "\n".join(rows)
@@ -128,7 +147,8 @@ def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
         return []
     return [
         f"Hyphae / reference stores/s: {h['store']['per_s'] / ref['store']['per_s']:.2f}x (target >= 5x)",
-        f"Hyphae / reference searches/s: {h['search']['per_s'] / ref['search']['per_s']:.2f}x (target >= 5x)",
+        f"Hyphae / reference searches/s (new queries): "
+        f"{h['search_first_pass']['per_s'] / ref['search_first_pass']['per_s']:.2f}x (target >= 5x)",
         f"hit@5 Hyphae {h['quality']['hit@5']:.2f} vs reference {ref['quality']['hit@5']:.2f} (target: higher)",
     ]
 
@@ -142,6 +162,8 @@ def main() -> None:
     parser.add_argument("--reinstall", action="store_true")
     parser.add_argument("--hyphae-rev", default="HEAD", help="commit of Hyphae to measure, or 'worktree' for the checkout")
     parser.add_argument("--filler", type=int, help="synthetic memories stored before the set (default 0 quick, 759 full)")
+    parser.add_argument("--rounds", type=int, help="perf rounds, interleaved across servers; medians reported "
+                        "(default 1 quick, 3 full)")
     parser.add_argument("--passes", type=int, help="search passes over the queries (default 1 quick, 3 full)")
     parser.add_argument("--writes", type=int, default=50, help="writes per writer in the two-writers test")
     parser.add_argument("--deliveries", type=int, help="federated stores timed (default 10 quick, 40 full)")
@@ -154,12 +176,13 @@ def main() -> None:
     parts = [p for p in args.parts.split(",") if p]
     filler = args.filler if args.filler is not None else (0 if args.quick else 759)
     passes = args.passes or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 3)
     deliveries = args.deliveries or (10 if args.quick else 40)
     args.work.mkdir(parents=True, exist_ok=True)
     runs = args.work / "runs" / time.strftime("%Y%m%d-%H%M%S")
     report: dict[str, Any] = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": machine(),
                               "started_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                              "filler": filler, "passes": passes, "peers": {}}  # fmt: skip
+                              "filler": filler, "passes": passes, "rounds": rounds, "peers": {}}  # fmt: skip
     print(f"# work dir {args.work}, run dir {runs}", file=sys.stderr)
 
     peers = {name: PEERS[name](args.work, args.hyphae_rev) if name == "hyphae" else PEERS[name](args.work)
@@ -182,18 +205,23 @@ def main() -> None:
 
     if "perf" in parts:
         workload = load_workload(filler_count=filler)
-        report["perf"] = {}
-        for name, peer in usable.items():
-            print(f"# perf: {name} ({len(workload.memories)} stores, {passes} x {len(workload.queries)} searches)",
-                  file=sys.stderr)  # fmt: skip
-            began = time.monotonic()
-            try:
-                report["perf"][name] = asyncio.run(measure(peer, runs / "perf" / name, workload, passes))
-            except Exception as error:  # noqa: BLE001
-                report["perf"][name] = {"error": f"{type(error).__name__}: {error}"}
-            report["perf"][name]["wall_s"] = round(time.monotonic() - began, 1)
-            report["perf"][name]["loadavg"] = os.getloadavg()
-            print(f"#   done in {time.monotonic() - began:.0f} s, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+        report["perf_rounds"] = {name: [] for name in usable}
+        order = list(usable)
+        for round_number in range(rounds):
+            for name in order[round_number % len(order):] + order[: round_number % len(order)]:  # rotate who goes first
+                peer = usable[name]
+                print(f"# perf round {round_number + 1}/{rounds}: {name} ({len(workload.memories)} stores, "
+                      f"{passes} x {len(workload.queries)} searches)", file=sys.stderr)  # fmt: skip
+                began = time.monotonic()
+                try:
+                    result = asyncio.run(measure(peer, runs / "perf" / f"{name}-{round_number}", workload, passes))
+                except Exception as error:  # noqa: BLE001
+                    result = {"error": f"{type(error).__name__}: {error}"}
+                result["wall_s"] = round(time.monotonic() - began, 1)
+                result["loadavg"] = os.getloadavg()
+                report["perf_rounds"][name].append(result)
+                print(f"#   done in {time.monotonic() - began:.0f} s, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+        report["perf"] = {name: median_of(results) for name, results in report["perf_rounds"].items()}
 
     if "writers" in parts:
         report["writers"] = {}
