@@ -90,35 +90,37 @@ def relation_request(record: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def store_requests(path: Path) -> Iterator[tuple[int, dict[str, Any] | GraphLineError]]:
-    """(line number, the store call's fields or what is wrong with the line), streamed."""
+def store_requests(path: Path) -> Iterator[tuple[int, int, dict[str, Any] | GraphLineError]]:
+    """(line number, bytes read so far, the store call's fields or what is wrong with the line), streamed."""
+    offset = 0
     with open(path, "rb") as handle:
         for line_no, raw in enumerate(handle, start=1):
+            offset += len(raw)
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                yield line_no, GraphLineError(f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+                yield line_no, offset, GraphLineError(f"not UTF-8 text ({exc.reason} at byte {exc.start})")
                 continue
             if not text.strip():
                 continue
             try:
                 record = json.loads(text)
             except ValueError as exc:
-                yield line_no, GraphLineError(f"not JSON ({exc})")
+                yield line_no, offset, GraphLineError(f"not JSON ({exc})")
                 continue
             try:
                 if not isinstance(record, dict):
                     raise GraphLineError("not a JSON object")
                 kind = record.get("type")
                 if kind == "entity":
-                    yield line_no, entity_request(record)
+                    yield line_no, offset, entity_request(record)
                 elif kind == "relation":
-                    yield line_no, relation_request(record)
+                    yield line_no, offset, relation_request(record)
                 else:
                     hint = " (a Hyphae export? import it without --from)" if "format" in record or "kind" in record else ""
                     raise GraphLineError(f"'type' must be \"entity\" or \"relation\", not {kind!r}{hint}")
             except GraphLineError as exc:
-                yield line_no, exc
+                yield line_no, offset, exc
 
 
 async def import_memory_graph(
@@ -132,8 +134,8 @@ async def import_memory_graph(
     for one agent); returns counts and per-line errors. A line the facade refuses (too
     large, say) is reported and skipped; any other failure stops the import."""
     report: dict[str, Any] = {"entities": 0, "relations": 0, "errors": [], "error_count": 0}
-    done = 0
-    for line_no, request in store_requests(Path(path)):
+    size = Path(path).stat().st_size
+    for line_no, offset, request in store_requests(Path(path)):
         problem = str(request) if isinstance(request, GraphLineError) else None
         if problem is None:
             try:
@@ -148,7 +150,6 @@ async def import_memory_graph(
             report["errors"].append({"line": line_no, "reason": problem})
             if on_error is not None:
                 on_error(line_no, problem)
-        done += 1
         if progress is not None:
-            progress(done, 0)
+            progress(offset, size)
     return report

@@ -89,3 +89,12 @@ async def test_bad_lines_are_reported_and_the_rest_imported(service, make_agent,
     (ok,) = cells_by_locator(service).values()
     assert ok["metadata"]["memory_graph"] == {
         "kind": "entity", "name": "Ok", "entityType": "thing", "createdAt": "2025", "project": "x"}  # fmt: skip
+
+
+async def test_progress_is_reported_in_bytes_of_the_file(service, make_agent):
+    alice, _ = await make_agent("alice")
+    seen: list[tuple[int, int]] = []
+    await import_memory_graph(SAMPLE, storer(service, alice), progress=lambda done, total: seen.append((done, total)))
+    size = SAMPLE.stat().st_size
+    assert len(seen) == 6 and all(total == size for _, total in seen)
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen) and seen[-1][0] == size
