@@ -16,7 +16,11 @@ the overload. And once the runtime reports a batch *delivered* (the peer's endpo
 took the frame; only its ack is outstanding), the batch waits up to
 ``delivered_timeout_ms`` for that ack: sending it again could only help if the peer
 lost it after taking it (a crash, which liveness and repair handle), while a busy peer
-would be handed the same diffs again.
+would be handed the same diffs again. A runtime that reports deliveries (the HTTP one
+does, after every data POST) also says when a frame is still on its way: so once the
+first delivery is reported, a batch not yet delivered waits at least
+``pending_timeout_ms`` (longer than the transport's own timeout, which ends in a
+delivery or a failure) before it is sent again.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ __all__ = ["Outbox", "Batch", "MAX_ACK_TIMEOUT_MS", "DELIVERED_ACK_TIMEOUT_MS"]
 
 MAX_ACK_TIMEOUT_MS = 30_000
 DELIVERED_ACK_TIMEOUT_MS = 15_000
+PENDING_TIMEOUT_MS = 6_000  # the HTTP transport gives up on a request after 5 s
 
 
 @dataclasses.dataclass(slots=True)
@@ -60,6 +65,7 @@ class Outbox:
     def __init__(
         self, *, queue_limit: int, max_inflight: int, max_diffs: int, max_bytes: int,
         pacing_ms: int, ack_timeout_ms: int, max_attempts: int, delivered_timeout_ms: int = DELIVERED_ACK_TIMEOUT_MS,
+        pending_timeout_ms: int = PENDING_TIMEOUT_MS,
     ) -> None:  # fmt: skip
         self.queue_limit = queue_limit
         self.max_inflight = max_inflight
@@ -69,6 +75,8 @@ class Outbox:
         self.ack_timeout_ms = ack_timeout_ms
         self.max_attempts = max_attempts
         self.delivered_timeout_ms = delivered_timeout_ms
+        self.pending_timeout_ms = pending_timeout_ms
+        self.confirms_delivery = False  # set by the first delivered(): the runtime reports deliveries
         self._lanes: dict[str, _Lane] = {}
         self._batches: dict[int, Batch] = {}
         self._order = itertools.count()
@@ -107,6 +115,8 @@ class Outbox:
         items = [(-neg, att + 1, d) for neg, _, att, d in taken]
         backoff = 2 ** (max(att for _, att, _ in items) - 1)
         timeout = min(lane.timeout(self.ack_timeout_ms) * backoff, MAX_ACK_TIMEOUT_MS)
+        if self.confirms_delivery:
+            timeout = max(timeout, self.pending_timeout_ms)
         batch = Batch(next(self._batch_ids), peer_id, items, now + int(timeout), sent_at=now)
         lane.inflight[batch.batch_id] = batch
         self._batches[batch.batch_id] = batch
@@ -131,6 +141,7 @@ class Outbox:
 
     def delivered(self, peer_id: str, batch_id: int, now: int) -> bool:
         """The peer took the batch's frame: wait longer for its ack (see the module docstring)."""
+        self.confirms_delivery = True
         batch = self._batches.get(batch_id)
         if batch is None or batch.peer_id != peer_id:
             return False

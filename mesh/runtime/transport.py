@@ -57,7 +57,7 @@ FRAMES_PATH = "/mesh/v1/frames"
 HELLO_PATH = "/mesh/v1/hello"
 _CONTENT_TYPE = "application/octet-stream"
 _FRAMES_TYPE = b"application/x-hyphae-frames"
-REPLY_WITHIN = 1.0  # seconds the endpoint waits for the engine's replies before answering 202
+REPLY_WITHIN = 3.0  # seconds the endpoint waits for the engine's replies before answering 202 (clients wait 5)
 _MAX_REPLIES = 64
 
 

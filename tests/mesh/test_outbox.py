@@ -83,3 +83,12 @@ def test_a_delivered_batch_waits_for_its_ack_instead_of_being_sent_again():
     assert box.inflight("peer") == 1
     box.expire(15_500)  # no ack by then after all: sent again
     assert box.inflight("peer") == 0 and box.depth("peer") == 3
+
+
+def test_once_deliveries_are_reported_a_batch_on_its_way_is_not_resent_early():
+    box = outbox(pending_timeout_ms=6_000)
+    box.enqueue("peer", diff(1), 0.5)
+    assert box.take("peer", 0).deadline == 1_000  # a runtime that reports nothing: the ack timer alone
+    box.delivered("peer", 1, 10)
+    box.enqueue("peer", diff(2), 0.5)
+    assert box.take("peer", 100).deadline == 6_100  # still on its way after 1 s is no reason to resend

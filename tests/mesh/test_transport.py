@@ -227,7 +227,7 @@ async def test_hello_is_public_and_holds_no_secret(runtime, team):
 
 
 async def test_an_oversized_frame_is_413_whether_declared_or_streamed(runtime):
-    app = make_mesh_app(runtime, max_frame_bytes=1000)
+    app = MeshApp(runtime, max_frame_bytes=1000, reply_within=None)  # the runtime is not running: no replies
     status, _, _ = await call_asgi(app, "POST", FRAMES_PATH, [b"x" * 10], headers=[("content-length", "1001")])
     assert status == 413
     status, _, _ = await call_asgi(app, "POST", FRAMES_PATH, [b"x" * 600, b"x" * 600])  # no content-length
