@@ -115,6 +115,7 @@ def test_a_full_disk_refuses_stores_clearly_keeps_serving_and_recovers(tmp_path)
                 answer = mcp_store(http, "one more memory " + "y" * CONTENT_BYTES, "after-full")
                 assert answer["error"]["code"] == -32050 and answer["error"]["data"]["reason"] == "disk_full", answer
                 assert free_kib(disk) < 64, "the refusal came before the disk was really full"
+                print(f"disk full: refused after {len(acked)} stores with {free_kib(disk)} KiB free")
 
                 # (2) Reads go on.
                 assert http.get("/healthz").status_code == 200
@@ -139,6 +140,7 @@ def test_a_full_disk_refuses_stores_clearly_keeps_serving_and_recovers(tmp_path)
                 refusal = fill_until_full(http, acked, "second")
                 assert refusal.json()["error"]["reason"] == "disk_full", refusal.text
             assert daemon.stop() == 0, log.read_text()
+            print(f"full again after {len(acked)} stores in all; clean stop, exit code 0")
             text = log.read_text()
             assert "could not save the L0 index" in text, text
             assert "Traceback" not in text, text
@@ -160,6 +162,8 @@ def test_a_full_disk_refuses_stores_clearly_keeps_serving_and_recovers(tmp_path)
                     hits = http.post("/v1/recall", json={"query": acked[node_id], "k": 3}).json()["results"]
                     assert hits[0]["node_id"] == node_id
                 assert http.post("/v1/cells", json={"content": "plenty of room now", "cell_type": "Fact"}).status_code == 201
+            print(f"restart on a bigger disk: integrity_check ok, {len(acked)} of {len(acked)} cells present, "
+                  f"index {stats['layers']['L0']} live")
         finally:
             daemon.stop()
 
