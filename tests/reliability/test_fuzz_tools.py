@@ -3,7 +3,9 @@
 The node is real (``open_node`` on a fresh data dir, SQLite, HNSW, the hashed embedder);
 the transports are the product's own, in process: the API port's ASGI app (REST plus
 ``POST /mcp``, exactly as the daemon composes them) driven one exchange at a time, and
-the stdio loop (``serve_stdio``) over in-memory streams with ``Dispatcher.bind``.
+the stdio loop (``serve_stdio``) over in-memory streams with ``Dispatcher.bind``; and a
+shorter run of the same cases goes through real processes: ``hyphae mcp`` relaying to
+``hyphae up``, as an editor runs them.
 
 Each case is one ``tools/call`` whose tool is drawn from the tool table and whose
 arguments are drawn per property from the tool's own ``inputSchema``: a plausible
