@@ -167,7 +167,8 @@ def main() -> None:
     parser.add_argument("--passes", type=int, help="search passes over the queries (default 1 quick, 3 full)")
     parser.add_argument("--writes", type=int, default=50, help="writes per writer in the two-writers test")
     parser.add_argument("--deliveries", type=int, help="federated stores timed (default 10 quick, 40 full)")
-    parser.add_argument("--sizes", default="1000,10000", help="store sizes for the scale part (prefillable servers)")
+    parser.add_argument("--sizes", help="store sizes for the scale part, prefillable servers only "
+                        "(default 1000,5000 quick, 1000,10000 full)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.work = args.work.resolve()
@@ -234,7 +235,7 @@ def main() -> None:
 
     if "scale" in parts:
         report["scale"] = {}
-        sizes = [int(n) for n in args.sizes.split(",") if n]
+        sizes = [int(n) for n in (args.sizes or ("1000,5000" if args.quick else "1000,10000")).split(",") if n]
         for name, peer in usable.items():
             if not peer.prefillable:
                 continue
