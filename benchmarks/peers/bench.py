@@ -42,6 +42,23 @@ def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by ``pids`` and their descendants."""
+    total = 0.0
+    seen: set[int] = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            root = psutil.Process(pid)
+            for process in [root, *root.children(recursive=True)]:
+                if process.pid in seen:
+                    continue
+                seen.add(process.pid)
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    times = process.cpu_times()
+                    total += times.user + times.system
+    return total
+
+
 def _memory(pids: list[int]) -> dict[str, float]:
     """RSS now and peak RSS (VmHWM) summed over ``pids`` and their descendants, in MB."""
     seen: set[int] = set()
@@ -80,6 +97,8 @@ async def measure(peer: Peer, root: Path, workload: Workload, passes: int = 1) -
     try:
         async with contextlib.AsyncExitStack() as stack:
             client, out["startup_s"], spawned = await _session_start(stack, peer, store)
+            servers = spawned + peer.extra_pids(store)
+            cpu_before = _cpu_seconds(servers)
             key_to_id: dict[str, str] = {}
             store_times: list[float] = []
             for i, memory in enumerate(workload.memories):
@@ -87,6 +106,8 @@ async def measure(peer: Peer, root: Path, workload: Workload, passes: int = 1) -
                 key = await peer.store(client, memory.text, memory.type, f"m{i:06d}")
                 store_times.append(time.perf_counter() - began)
                 key_to_id[key] = memory.id
+            servers = spawned + peer.extra_pids(store)  # Hyphae's daemon exists by now
+            cpu_stored = _cpu_seconds(servers)
             search_times: list[float] = []
             first_pass: list[list[str]] = []
             for attempt in range(passes):
@@ -96,7 +117,12 @@ async def measure(peer: Peer, root: Path, workload: Workload, passes: int = 1) -
                     search_times.append(time.perf_counter() - began)
                     if attempt == 0:
                         first_pass.append([key_to_id.get(key, f"?{key}") for key in keys])
-            out["memory"] = _memory(spawned + peer.extra_pids(store))
+                if attempt == 0:
+                    cpu_searched = _cpu_seconds(servers)
+            out["memory"] = _memory(servers)
+            # Server-side CPU per call, summed over every process serving the session.
+            out["cpu_ms_per_store"] = (cpu_stored - cpu_before) / len(workload.memories) * 1e3
+            out["cpu_ms_per_new_search"] = (cpu_searched - cpu_stored) / len(workload.queries) * 1e3
         out["first_store_ms"] = store_times[0] * 1e3
         out["first_search_ms"] = search_times[0] * 1e3
         out["store"] = latency_summary(store_times[1:])

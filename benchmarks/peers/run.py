@@ -99,18 +99,20 @@ def median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def perf_table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
     head = ("| server | start-up s | 2nd session s | stores/s | store p50 / p99 ms | first store ms | searches/s "
-            "| search p50 / p99 ms | repeated searches/s | RSS MB (peak) | hit@1 | hit@5 | empty answers |")  # fmt: skip
-    rows = [head, "|" + " --- |" * 13]
+            "| search p50 / p99 ms | repeated searches/s | server CPU ms per store / new search | RSS MB (peak) "
+            "| hit@1 | hit@5 | empty answers |")  # fmt: skip
+    rows = [head, "|" + " --- |" * 14]
     for name, r in results.items():
         if "error" in r:
-            rows.append(f"| {labels[name]} | failed: {r['error'][:120]} |" + " |" * 11)
+            rows.append(f"| {labels[name]} | failed: {r['error'][:120]} |" + " |" * 12)
             continue
         s, q, m, k = r["store"], r["search_first_pass"], r["memory"], r["quality"]
         repeat = r.get("search_repeat", {}).get("per_s")
         rows.append(
             f"| {labels[name]} | {fmt(r['startup_s'], 2)} | {fmt(r['restart_s'], 2)} | {fmt(s['per_s'])} "
             f"| {fmt(s['p50_ms'])} / {fmt(s['p99_ms'])} | {fmt(r['first_store_ms'], 0)} | {fmt(q['per_s'])} "
-            f"| {fmt(q['p50_ms'])} / {fmt(q['p99_ms'])} | {fmt(repeat)} | {fmt(m['rss_mb'], 0)} ({fmt(m['peak_rss_mb'], 0)}) "
+            f"| {fmt(q['p50_ms'])} / {fmt(q['p99_ms'])} | {fmt(repeat)} "
+            f"| {fmt(r.get('cpu_ms_per_store'))} / {fmt(r.get('cpu_ms_per_new_search'))} | {fmt(m['rss_mb'], 0)} ({fmt(m['peak_rss_mb'], 0)}) "
             f"| {k['hit@1']:.2f} | {k['hit@5']:.2f} | {k['empty']:.2f} |"
         )
     return "\n".join(rows)
