@@ -11,6 +11,7 @@ saved, the lock is released.
 
 from __future__ import annotations
 
+import errno
 import functools
 import ipaddress
 import json
@@ -32,7 +33,7 @@ from .api import RestApi, make_api_app
 from .api.rest import _version
 from .config import load_config
 from .daemon_file import ADMIN_TOKEN_FILE, DAEMON_FILE, read_daemon_file
-from .errors import ConfigError, Unavailable
+from .errors import ConfigError, DiskFull, Unavailable
 from .files import write_private
 from .lock import DataDirLock
 from .mesh_node import clock_from_env, run_mesh
@@ -168,6 +169,8 @@ async def run_daemon(
     lock = DataDirLock(config.lock_path)
     try:
         lock.acquire(timeout=0)
+    except OSError as exc:
+        raise _startup_error(exc, home) from None
     except Unavailable:
         info = read_daemon_file(home)
         where = f" at {info['api_url']} (pid {info['pid']})" if info else ""
@@ -181,7 +184,10 @@ async def run_daemon(
             url_host = f"[{bound_host}]" if ":" in bound_host else bound_host
             api_url = f"http://{url_host}:{bound_port}"
             admin_token = secrets.token_urlsafe(32)
-            write_private(home / ADMIN_TOKEN_FILE, admin_token + "\n")
+            try:
+                write_private(home / ADMIN_TOKEN_FILE, admin_token + "\n")
+            except OSError as exc:
+                raise _startup_error(exc, home) from None
             hyper = HypercornConfig()
             hyper.bind = [f"fd://{sock.detach()}"]  # hypercorn owns and closes the descriptor
             hyper.accesslog = None
@@ -245,6 +251,14 @@ async def run_daemon(
             await service.aclose()
     finally:
         lock.release()
+
+
+def _startup_error(exc: OSError, home: Path) -> Exception:
+    """What a start that cannot write its small files (lock, admin token) says: a full disk is
+    named as such, with what to do, rather than shown as a traceback."""
+    if exc.errno == errno.ENOSPC:
+        return DiskFull(f"cannot start: the disk holding {home} is full; free some space and start again")
+    return exc
 
 
 async def _watch_signals(shutdown: trio.Event) -> None:

@@ -207,3 +207,18 @@ def test_a_short_index_write_is_never_blessed_with_a_checksum(tmp_path):
         assert again.load().loaded and len(again) == 2050
         hits = again.search(vectors[2049], 1)
         assert hits[0][0] == 2049
+
+
+def test_a_node_started_on_a_full_disk_says_so(tmp_path):
+    with small_tmpfs(tmp_path / "disk", "4m") as disk:
+        home = make_home(disk / "home")
+        with contextlib.suppress(OSError):  # fill every last block
+            with open(disk / "filler", "wb") as filler:
+                while True:
+                    filler.write(b"\0" * 65536)
+        assert free_kib(disk) == 0
+        result = subprocess.run([*HYPHAE, "--home", str(home), "up"], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 1, result.stderr
+        assert "hyphae: disk_full: cannot start: the disk holding" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        assert not (home / "daemon.json").exists()
