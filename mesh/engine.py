@@ -461,7 +461,8 @@ class MeshEngine:
             )
         if is_new:
             self._out.append(PeerStateChanged(sender_id, peer.address, peer.state.value))
-            self._request_repair(peer)
+            if peer.neighbour:  # a partial view's data-only contacts are not asked: its neighbours are
+                self._request_repair(peer)
         elif self._unheard and sender_id in self._unheard:
             self._unheard.discard(sender_id)
             self._request_repair(peer)  # first word since our restart: catch up on what we missed
@@ -641,8 +642,9 @@ class MeshEngine:
                 limit = cfg.dead_probe_interval_ms if peer.state is PeerState.DEAD else cfg.probe_interval_ms
                 if now - max(peer.heard_at, peer.ping_sent_at) >= limit:
                     due.append(peer)
-        if len(due) > cfg.max_probes_per_round:
-            due = heapq.nsmallest(cfg.max_probes_per_round, due, key=lambda p: max(p.heard_at, p.ping_sent_at))
+        probes = 1 if self.partial else cfg.max_probes_per_round  # a bounded view: one probe a round (SWIM)
+        if len(due) > probes:
+            due = heapq.nsmallest(probes, due, key=lambda p: max(p.heard_at, p.ping_sent_at))
         for peer in due:
             self._ping_ids += 1
             peer.ping_nonce, peer.ping_sent_at = self._ping_ids, now

@@ -55,6 +55,8 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("--fanout", type=int, default=4, help="random_push fanout")
     p.add_argument("--ttl", type=int, default=6, help="random_push hops")
     p.add_argument("--mesh", action="append", default=[], metavar="KEY=VALUE", help="MeshConfig override")
+    p.add_argument("--energy", action="append", default=[], metavar="KEY=VALUE",
+                   help="energy model override (node/energy.py), e.g. max_hops=12 or match_slack=0.1")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--no-plots", action="store_true")
 
@@ -79,6 +81,7 @@ def config_from(args: argparse.Namespace, **overrides: object) -> RunConfig:
         topics=args.topics, beacons_per_node=args.beacons_per_node, zipf=args.zipf,
         store_interval_ms=args.store_interval_ms, drain_ms=args.drain_ms, degree=args.degree, fanout=args.fanout,
         ttl=args.ttl, mesh=_mesh_overrides(args.mesh), warmup_max_ms=args.warmup_max_ms,
+        energy=_mesh_overrides(args.energy),
     )  # fmt: skip
     values.update(overrides)
     return RunConfig(**values)  # type: ignore[arg-type]

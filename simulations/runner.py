@@ -50,6 +50,7 @@ class RunConfig:
     ttl: int = 6
     warmup_max_ms: int = 120_000
     mesh: tuple[tuple[str, Any], ...] = ()  # MeshConfig overrides, e.g. (("repair_interval_ms", 10000),)
+    energy: tuple[tuple[str, Any], ...] = ()  # EnergyModel overrides, e.g. (("max_hops", 12),)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.strategies) - set(STRATEGIES))
@@ -64,6 +65,7 @@ class RunConfig:
             PartitionSpec.parse(self.partition)
         if self.churn:
             ChurnSpec.parse(self.churn)
+        EnergyModel.from_config(dict(self.energy))
 
     def effective_drain_ms(self) -> int:
         if self.drain_ms is not None:
@@ -75,6 +77,7 @@ class RunConfig:
         out = dataclasses.asdict(self)
         out["strategies"] = list(self.strategies)
         out["mesh"] = dict(self.mesh)
+        out["energy"] = dict(self.energy)
         out["drain_ms"] = self.effective_drain_ms()
         return out
 
@@ -88,7 +91,7 @@ class RunResult:
 
 def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
     """Run every requested strategy on the same workload and outages."""
-    energy = EnergyModel()
+    energy = EnergyModel.from_config(dict(cfg.energy))
     spec = WorkloadSpec(
         nodes=cfg.nodes, stores=cfg.stores, dim=cfg.dim, topics=cfg.topics, beacons_per_node=cfg.beacons_per_node,
         zipf=cfg.zipf, store_interval_ms=cfg.store_interval_ms,

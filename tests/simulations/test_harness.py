@@ -192,3 +192,16 @@ def test_graceful_leave_finishes_its_sends_where_a_crash_loses_them():
     assert crash["strategies"]["hyphae"]["delivery_ratio"] < 0.95
     # departed nodes leave the interested set of later cells: without loss, everyone left is reached
     assert hyphae("crash", 0.0)["strategies"]["hyphae"]["delivery_ratio"] == 1.0
+
+
+def test_energy_overrides_reach_the_engine_and_the_ground_truth():
+    base = dict(nodes=12, stores=8, seed=3, view="partial", strategies=("hyphae",), dim=16, topics=2,
+                beacons_per_node=1, drain_ms=3000, warmup_max_ms=10_000)  # fmt: skip
+    default = run(RunConfig(**base)).summary
+    one_hop = run(RunConfig(**base, energy=(("max_hops", 1),))).summary
+    assert one_hop["config"]["energy"] == {"max_hops": 1}
+    assert default["strategies"]["hyphae"]["hops_max"] > 1 and one_hop["strategies"]["hyphae"]["hops_max"] == 1
+    wider = run(RunConfig(**base, energy=(("match_slack", 0.5),))).summary["strategies"]["hyphae"]
+    assert wider["interested_mean"] > default["strategies"]["hyphae"]["interested_mean"]
+    with pytest.raises(ValueError, match="bogus"):
+        RunConfig(energy=(("bogus", 1),))
