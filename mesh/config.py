@@ -58,6 +58,10 @@ class MeshConfig:
     # (the cell's origin, the beacon's owner), so the grace covers twice the clock skew too.
     repair_grace_ms: int = 60_000 + 2 * 600_000
     repair_min_interval_ms: int = 5_000  # reconnect-triggered repair requests to one peer, at most this often
+    # control state put back at a restart leaves out beacon removals older than this (when their
+    # origin has signed anything since) and beacons expired since; a member offline longer than
+    # this may keep routing to such a beacon, which its owner no longer delivers to
+    control_tombstone_ttl_ms: int = 7 * 24 * 3600 * 1000
     # admission. Members' clocks may differ by up to ``max_clock_skew_ms`` (issue 7: +-5 min
     # must work): diff timestamps and a sender's first frame are judged against it. After
     # that, each sender's clock offset is estimated from its frames, and its frames are

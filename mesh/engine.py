@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .config import EnergyParams, MeshConfig
-from .control import ControlState
+from .control import ControlState, control_key
 from .errors import MeshError, Reason
 from .events import (
     ApplyRemoteBeacon, ApplyScene, ApplyTombstone, BeaconPlaced, BeaconRemoved, CellForgotten, CellStored,
@@ -213,9 +213,24 @@ class MeshEngine:
         held = getattr(self.store, "control_diffs", None)
         if held is None:
             return
-        for diff in sorted(held(), key=lambda d: (d.origin, d.seq)):
-            if diff.kind in CONTROL_KINDS and self.control.is_new(diff):
-                self.control.apply(diff)
+        newest: dict[tuple[str, tuple[str, str]], Diff] = {}
+        top: dict[str, int] = {}
+        for diff in held():
+            if diff.kind in CONTROL_KINDS:
+                key = (diff.origin, control_key(diff))
+                if key not in newest or diff.seq > newest[key].seq:
+                    newest[key] = diff
+                top[diff.origin] = max(top.get(diff.origin, 0), diff.seq)
+        removed_before = self._now - self.config.control_tombstone_ttl_ms
+        expired_before = self._now - self.config.max_clock_skew_ms
+        for diff in sorted(newest.values(), key=lambda d: (d.origin, d.seq)):
+            p = diff.payload
+            stale = (isinstance(p, UnbeaconPayload) and diff.ts < removed_before) or (
+                isinstance(p, BeaconPayload) and p.expires_at is not None and p.expires_at < expired_before
+            )
+            if stale and diff.seq < top[diff.origin]:
+                continue  # garbage; the origin's newest entry still carries its version
+            self.control.apply(diff)
         for origin in list(self.control.digest()):
             if origin == self.node_id:
                 continue

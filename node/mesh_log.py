@@ -4,11 +4,14 @@ The engine calls the log synchronously on the trio thread, so reads of what it j
 wrote must not wait for a commit: membership of ``(origin, seq)`` and our own highest
 seq live in memory (loaded at open), and diffs not yet committed sit in a small
 overlay until their write lands. Writes go through the node's group committer like
-every other write.
+every other write. Control diffs keep one row per key (origin, beacon/scene/peer): a
+newer one deletes the rows it supersedes, so restarts and re-announced beacons do not
+grow the log.
 """
 
 from __future__ import annotations
 
+from mesh.control import control_key
 from mesh.wire import DATA_KINDS, CellPayload, Diff, DiffKind, decode_signed
 
 from .database import Database, Transaction
@@ -49,6 +52,9 @@ class SqliteDiffLog:
             self._pending_cells[cell_id] = diff
         elif diff.kind in DATA_KINDS:
             cell_id = getattr(diff.payload, "cell_id", None)
+        else:  # a control diff: its key, so the entries it supersedes can go
+            kind, name = control_key(diff)
+            cell_id = f"~{kind}:{name}"
         row = (
             diff.origin, diff.seq, int(diff.kind), int(diff.kind in DATA_KINDS), cell_id, received_at,
             diff.signed, diff.signature, diff.hops, diff.ttl,
@@ -62,6 +68,11 @@ class SqliteDiffLog:
             )
             if isinstance(diff.payload, CellPayload):
                 tx.after_commit(lambda: self._pending_cells.pop(diff.payload.node_id, None))
+            elif diff.kind not in DATA_KINDS:  # one row per control key: every restart re-announces
+                tx.execute(
+                    "DELETE FROM mesh_log WHERE origin = ? AND cell_id = ? AND is_data = 0 AND seq < ?",
+                    (diff.origin, cell_id, diff.seq),
+                )
 
         self.db.submit(job)
         return True

@@ -11,7 +11,7 @@ import dataclasses
 import random
 
 from mesh.engine import MeshEngine
-from mesh.events import BeaconPlaced, CellStored, SendFailed, SendFrame
+from mesh.events import BeaconPlaced, BeaconRemoved, CellStored, SendFailed, SendFrame, Started
 
 from .test_engine import ENERGY, Mesh, beacon, cell, near, unit
 
@@ -95,3 +95,51 @@ def test_a_restarted_node_asks_every_peer_it_knew_for_what_it_missed():
     mesh.net.heal()
     got = mesh["alice"].cells
     assert mesh.net.run_until(mesh.net.now + 10_000, lambda: all(c.node_id in got for c in missed)), list(got)
+
+
+def test_old_beacon_removals_are_left_behind_at_a_restart_and_versions_stay_exact():
+    mesh = Mesh("alice", "bob")
+    gone, kept = beacon(unit(4)), beacon(unit(5))
+    mesh.do("alice", BeaconPlaced(gone))
+    mesh.settle()
+    mesh.do("alice", BeaconRemoved(gone.beacon_id, "t"))
+    mesh.do("alice", BeaconPlaced(kept))  # alice signs on after the removal
+    mesh.settle()
+    bob = mesh["bob"].engine
+    version = bob.control.version(mesh["alice"].node_id)
+    restart(mesh, "bob")  # soon: the removal is kept
+    assert "unbeacon" in kinds_of(mesh["bob"].engine, mesh["alice"].node_id)
+    # Eight days later the removal is garbage: left out, while alice's version stays what it was,
+    # so anti-entropy does not hand it back.
+    old = mesh["bob"].engine
+    later = MeshEngine(
+        old.node_id, old.config, old.store, energy=ENERGY, signer=old._sign, public_key=old.public_key,
+    )  # fmt: skip
+    later.handle(Started(), mesh.net.now + 8 * 24 * 3600 * 1000)
+    assert kinds_of(later, mesh["alice"].node_id) == {"peer", "beacon"}
+    assert later.control.version(mesh["alice"].node_id) == version
+    assert [b.beacon.beacon_id for b in later.beacons.of_owner(mesh["alice"].node_id)] == [kept.beacon_id]
+
+
+def kinds_of(engine: MeshEngine, origin: str) -> set[str]:
+    return {d.kind.name.lower() for d in engine.control.entries(origin)}
+
+
+def test_the_sqlite_log_keeps_one_row_per_control_key(tmp_path):
+    from mesh.identity import NodeIdentity
+    from mesh.wire import PeerPayload, sign_diff
+    from node.database import Database
+    from node.mesh_log import SqliteDiffLog
+
+    db = Database(tmp_path / "hyphae.db")
+    try:
+        log = SqliteDiffLog(db)
+        me = NodeIdentity.generate()
+        for seq, address in enumerate(("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"), start=1):
+            log.put(sign_diff(PeerPayload(address), origin=me.node_id, seq=seq, ts=seq, sign=me.sign), seq)
+        db.write_sync(lambda tx: None)  # everything before it is committed
+        reopened = SqliteDiffLog(db)
+        assert [d.payload.address for d in reopened.control_diffs()] == ["127.0.0.1:3"]
+        assert reopened.max_seq(me.node_id) == 3
+    finally:
+        db.close()
