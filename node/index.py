@@ -235,27 +235,39 @@ class LayerIndex:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def add(self, labels: np.ndarray, vectors: np.ndarray, *, covered_seq: int) -> None:
-        """Insert rows (an existing label is replaced) and raise the watermark to `covered_seq`."""
+    def add(
+        self,
+        labels: np.ndarray,
+        vectors: np.ndarray,
+        *,
+        covered_seq: int,
+        chunk_rows: int = _ADD_CHUNK,
+        threads: int | None = None,
+    ) -> None:
+        """Insert rows (an existing label is replaced) and raise the watermark to `covered_seq`.
+
+        hnswlib cannot search while it inserts, so searches wait for each chunk: a node that
+        serves reads passes a small `chunk_rows` (a short stall per chunk), a rebuild the
+        default. `threads` defaults to every core.
+        """
         labels = _as_labels(labels)
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape != (len(labels), self.dim):
             raise ValueError(f"vectors must have shape ({len(labels)}, {self.dim}), got {vectors.shape}")
-        for start in range(0, len(labels), _ADD_CHUNK):
-            chunk = slice(start, start + _ADD_CHUNK)
+        for start in range(0, len(labels), chunk_rows):
+            chunk = slice(start, start + chunk_rows)
             with self._lock.write():
-                self._add_chunk(labels[chunk], vectors[chunk])
+                self._add_chunk(labels[chunk], vectors[chunk], threads or os.cpu_count() or 1)
         with self._lock.write():
             self.covered_seq = max(self.covered_seq, covered_seq)
 
-    def _add_chunk(self, labels: np.ndarray, vectors: np.ndarray) -> None:
+    def _add_chunk(self, labels: np.ndarray, vectors: np.ndarray, threads: int) -> None:
         needed = self._index.element_count + len(labels)
         capacity = self._index.get_max_elements()
         if needed > capacity:
             # Amortised doubling: a rebuild of n rows resizes O(log n) times.
             self._index.resize_index(max(needed, 2 * capacity))
-        # All cores for inserts: a rebuild is the one long job, and it runs in a worker thread.
-        self._index.add_items(vectors, labels.astype(np.uint64), num_threads=os.cpu_count() or 1)
+        self._index.add_items(vectors, labels.astype(np.uint64), num_threads=threads)
         # hnswlib revives a removed label when it is added again.
         self._removed.difference_update(labels.tolist())
         self._dirty += len(labels)

@@ -18,6 +18,7 @@ indexer falls behind, commits wait for it rather than let memory grow.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -41,6 +42,8 @@ NearDuplicates = Callable[[list[tuple[int, int, float]]], None]
 _CHUNK = 20_000
 _INDEX_BATCH = 2048
 _FRESH_LIMIT = 16_384
+# The online indexer takes the index's write lock per chunk: searches wait at most one chunk.
+_ONLINE_CHUNK = 64
 
 
 class RebuildProgress:
@@ -303,7 +306,10 @@ class LayerSet:
             if layer == "L0" and self._on_near_duplicates is not None and len(labels):
                 self._find_near_duplicates(index, labels, vectors)
             if len(labels):
-                index.add(labels, vectors, covered_seq=max(seqs))
+                # One core for HNSW while the buffer is shallow leaves the other to the store path
+                # (trio loop + writer); both once it fills, since a full buffer holds writers back.
+                threads = 1 if len(fresh) < _FRESH_LIMIT // 2 else os.cpu_count() or 1
+                index.add(labels, vectors, covered_seq=max(seqs), chunk_rows=_ONLINE_CHUNK, threads=threads)
             else:
                 index.covered_seq = max(index.covered_seq, max(seqs))
             with self._cond:
