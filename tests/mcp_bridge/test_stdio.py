@@ -146,12 +146,16 @@ async def test_concurrent_responses_are_written_whole() -> None:
 
 async def test_in_flight_requests_are_bounded() -> None:
     running = peak = 0
+    full = trio.Event()  # no handler finishes before the bound is reached: no timing involved
 
     async def handle(line):
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        await trio.sleep(0.01)
+        if running == MAX_IN_FLIGHT:
+            full.set()
+        await full.wait()
+        await trio.sleep(0)
         running -= 1
         return await echo(line)
 
