@@ -1,14 +1,15 @@
 """Hyphae side by side with the MCP memory servers users pick today, over stdio, one workload.
 
-    python benchmarks/peers/run.py --quick              # a few minutes
-    python benchmarks/peers/run.py                      # the full run
+    python benchmarks/peers/run.py --quick              # ~7-10 min on a busy 2-core machine
+    python benchmarks/peers/run.py                      # the full run (3 interleaved perf rounds)
     python benchmarks/peers/run.py --peers hyphae,reference --parts perf,writers
 
 Each peer is installed into ``--work`` (default ``/tmp/hyphae-peers``, reused across runs;
 ``--reinstall`` starts over): ``@modelcontextprotocol/server-memory`` with npm,
 ``agent-memory-os`` and ``mcp-server-qdrant`` each in a fresh virtualenv with pip (the latter
-with fastembed's all-MiniLM-L6-v2 laid out offline, see ``fastembed_model.py``). Hyphae is this
-checkout, with its default built-in MiniLM embedder. Every server is then driven by the same
+with fastembed's all-MiniLM-L6-v2 laid out offline, see ``fastembed_model.py``). Hyphae is a
+``git archive`` snapshot of ``--hyphae-rev`` (default ``HEAD``; ``worktree`` for the checkout as
+it is), with its default built-in MiniLM embedder. Every server is then driven by the same
 client, the official MCP Python SDK over stdio. Parts (``--parts``, all by default):
 
 - ``perf``: start-up, stores/s, searches/s, p50/p99 latency, RSS, hit@1/hit@5 on the
@@ -16,7 +17,9 @@ client, the official MCP Python SDK over stdio. Parts (``--parts``, all by defau
 - ``writers``: two server processes on one store, 50 distinct writes each at once; what
   survives (``bench.two_writers``);
 - ``federation``: store on node A, readable on node B, and whether it reaches only those who
-  want it: Hyphae's mesh and agent-memory-os's peer sync (``federation.py``).
+  want it: Hyphae's mesh and agent-memory-os's peer sync (``federation.py``);
+- ``scale``: stores/s and searches/s with 1k-10k memories already stored, for the servers whose
+  store can be pre-filled without MCP (``bench.scale``).
 
 Prints a markdown report and writes JSON (``--json``, default ``WORK/peers.json``).
 """
