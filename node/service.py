@@ -17,9 +17,10 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -114,6 +115,9 @@ class MemoryService:
         self.metrics = NodeMetrics()  # a registry per service: several in one process never collide
         self.metrics.watch(self)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        # Top-3 recall hits not yet written: recalls add here, one writer job drains them all.
+        self._recall_hits: Counter[int] = Counter()
+        self._recall_hits_lock = threading.Lock()
         # Open sessions by agent: sessions are local, so this mirror of the table is exact.
         self._open_sessions: dict[str, tuple[str, str, str]] = {}
         for session_id, scene_id, project, agent_id in db.query(
@@ -469,18 +473,27 @@ class MemoryService:
         return [(rowid, max(0.0, float(distance))) for rowid, distance in hits]
 
     def _reinforce(self, rowids: list[int]) -> None:
-        """Count top-ranked recalls; the third promotes a cell to L1. Not awaited."""
+        """Count top-ranked recalls; the third promotes a cell to L1. Not awaited.
+
+        Counts gather in memory and one queued writer job drains whatever has gathered by the
+        time it runs, so a stream of recalls costs one commit per writer batch, not one each.
+        """
         if not rowids:
             return
+        with self._recall_hits_lock:
+            first = not self._recall_hits
+            self._recall_hits.update(rowids)
+        if first:
+            self._submit_quietly(self._write_recall_hits)
 
-        def job(tx: Transaction) -> None:
-            for rowid in rowids:
-                tx.execute("UPDATE cells SET recall_hits = recall_hits + 1 WHERE rowid = ?", (rowid,))
-                (hits,) = tx.execute("SELECT recall_hits FROM cells WHERE rowid = ?", (rowid,)).fetchone()
-                if hits >= self.energy.promote_recall_hits:
-                    self._promote(tx, rowid)
-
-        self._submit_quietly(job)
+    def _write_recall_hits(self, tx: Transaction) -> None:
+        with self._recall_hits_lock:
+            hits, self._recall_hits = self._recall_hits, Counter()
+        for rowid, count in sorted(hits.items()):
+            tx.execute("UPDATE cells SET recall_hits = recall_hits + ? WHERE rowid = ?", (count, rowid))
+            (total,) = tx.execute("SELECT recall_hits FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+            if total >= self.energy.promote_recall_hits:
+                self._promote(tx, rowid)
 
     def _reinforce_near_duplicates(self, pairs: list[tuple[int, int, float]]) -> None:
         """A near-duplicate from another agent reinforces the earlier cell into L1 (indexer thread)."""
