@@ -67,6 +67,10 @@ class RateLimiter:
         self._buckets[key] = (tokens, now)
         return (1.0 - tokens) / self.rate
 
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s bucket (its agent was revoked: the key never calls again)."""
+        self._buckets.pop(key, None)
+
     def check(self, key: str, who: str = "this API key") -> None:
         """Take a token now or raise :class:`RateLimited`."""
         wait = self.take(key, self._clock())

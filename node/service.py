@@ -244,6 +244,7 @@ class MemoryService:
             if revoked_at is None:
                 tx.execute("UPDATE principals SET revoked_at = ? WHERE agent_id = ?", (now, agent_id))
                 tx.after_commit(lambda: self._retire_beacons_of(agent_id))
+                tx.after_commit(lambda: self.rate_limiter.forget(agent_id))
                 revoked_at = now
             return {"name": name, "agent_id": agent_id, "revoked_at": revoked_at}
 

@@ -45,6 +45,14 @@ def test_each_key_has_its_own_bucket_and_zero_means_no_limit() -> None:
     assert all(unlimited.take("alice", 5.0) == 0.0 for _ in range(10_000))
 
 
+async def test_revoking_an_agent_drops_its_bucket(service, make_agent) -> None:
+    principal, key = await make_agent("loop")
+    await service.authenticate(key)
+    assert principal.agent_id in service.rate_limiter._buckets
+    await service.revoke_agent("loop")
+    assert principal.agent_id not in service.rate_limiter._buckets  # a revoked key never calls again
+
+
 def test_the_error_says_what_the_limit_is_and_when_to_come_back() -> None:
     now = [50.0]
     limiter = RateLimiter(rate=2, burst=1, clock=lambda: now[0])
