@@ -82,12 +82,15 @@ def _operation(route: Route) -> dict[str, Any]:
     }
     if route.auth == "key":
         op["security"] = [{"apiKey": []}]
-        op["responses"].update({"401": _ERROR, "403": _ERROR})
+        # 429: the key's rate limit (node.ratelimit), answered with Retry-After.
+        op["responses"].update({"401": _ERROR, "403": _ERROR, "429": _ERROR})
     elif route.auth == "admin":
         op["security"] = [{"adminToken": []}]
         op["responses"]["401"] = _ERROR
     else:
         op["security"] = []
+    if route.method in ("POST", "DELETE"):
+        op["responses"]["507"] = _ERROR  # disk_full: nothing was stored, reads go on
     params = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in route.pattern.groupindex

@@ -225,6 +225,10 @@ def test_openapi_lists_exactly_the_served_routes(http) -> None:
     spec = http.get("/openapi.json").json()
     documented = {(method.upper(), path) for path, ops in spec["paths"].items() for method in ops}
     assert documented == {(route.method, route.path) for route in ROUTES}
+    for route in ROUTES:  # the errors a client must be ready for are documented where they can happen
+        responses = spec["paths"][route.path][route.method.lower()]["responses"]
+        assert ("429" in responses) == (route.auth == "key"), route.path  # the per-key rate limit
+        assert ("507" in responses) == (route.method in ("POST", "DELETE")), route.path  # disk_full
     for method, path in sorted(documented):
         response = http.request(method, _probe_path(path), json={} if method == "POST" else None)
         expected = 200 if path == "/healthz" else 401
