@@ -47,7 +47,10 @@ SOCKET_NAME = "mcp.sock"
 LOCAL_PROTOCOL = 1
 # sockaddr_un.sun_path is 108 bytes on Linux, 104 on macOS; longer paths cannot be bound.
 MAX_SOCKET_PATH = 100
-MAX_CONNECTIONS = 64
+# A Unix socket's connect fails at once (EAGAIN) when the accept backlog is full, instead of
+# waiting as TCP does: keep it deep (several relays open a pool each) and retry briefly.
+LISTEN_BACKLOG = 1024
+CONNECT_ATTEMPTS = 50
 
 Authenticate = Callable[[str], Awaitable[Any]]
 
@@ -77,7 +80,7 @@ def bind_local_socket(path: Path) -> trio.socket.SocketType | None:
     old_umask = os.umask(0o177)  # born 0600: no window in which another user could connect
     try:
         sock.bind(os.fspath(path))
-        sock.listen(MAX_CONNECTIONS)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         sock.close()
         logger.warning("cannot listen on %s (%s); hyphae mcp relays over HTTP", path, exc.strerror or exc)
@@ -187,7 +190,24 @@ class SocketRelay:
         return answer or None
 
     async def _connect(self) -> _Connection:
-        stream = await trio.open_unix_socket(self._path)
+        # Not trio.open_unix_socket: it takes a Unix socket's EAGAIN for TCP's "in progress" and
+        # returns a stream that was never connected. A Unix connect is immediate or refused.
+        for attempt in range(CONNECT_ATTEMPTS):
+            raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            raw.setblocking(False)
+            try:
+                raw.connect(self._path)
+            except BlockingIOError:  # the daemon's backlog is full for a moment
+                raw.close()
+                if attempt == CONNECT_ATTEMPTS - 1:
+                    raise
+                await trio.sleep(0.01 * (attempt + 1))
+                continue
+            except OSError:
+                raw.close()
+                raise
+            break
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(raw))
         await stream.send_all(_hello(self._api_key))
         return _Connection(stream)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
 import stat
 
 import pytest
 import trio
 
-from mcp_bridge import Dispatcher
+from mcp_bridge import Dispatcher, local
 from mcp_bridge.local import SocketRelay, bind_local_socket, serve_local_socket
 from node.errors import Unauthenticated
 
@@ -129,3 +130,33 @@ def test_a_path_too_long_for_a_unix_socket_means_no_socket(tmp_path) -> None:
     deep = tmp_path / ("d" * 120)
     deep.mkdir()
     assert bind_local_socket(deep / "mcp.sock") is None
+
+
+async def test_a_full_accept_backlog_is_waited_out_not_reported_as_a_dead_daemon(tmp_path, monkeypatch, nursery) -> None:
+    """A Unix socket refuses a connect at once (EAGAIN) while the daemon's backlog is full,
+    as when several relays open their pools together; the relay retries instead of failing."""
+    monkeypatch.setattr(local, "LISTEN_BACKLOG", 1)
+    path = tmp_path / "mcp.sock"
+    sock = bind_local_socket(path)
+    fillers = []
+    while True:  # fill the backlog: nobody accepts yet
+        filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        filler.setblocking(False)
+        try:
+            filler.connect(str(path))
+        except BlockingIOError:
+            filler.close()
+            break
+        fillers.append(filler)
+    service = FakeService()
+
+    async def serve_soon() -> None:
+        await trio.sleep(0.05)
+        await serve_local_socket(sock, Dispatcher(service, server_version="0"), service.authenticate)
+
+    nursery.start_soon(serve_soon)
+    relay = SocketRelay(path, "key-alice")
+    assert json.loads(await relay(rpc(1, "ping")))["result"] == {}
+    await relay.aclose()
+    for filler in fillers:
+        filler.close()
