@@ -50,6 +50,7 @@ MAX_SOCKET_PATH = 100
 # A Unix socket's connect fails at once (EAGAIN) when the accept backlog is full, instead of
 # waiting as TCP does: keep it deep (several relays open a pool each) and retry briefly.
 LISTEN_BACKLOG = 1024
+SEND_TIMEOUT = 60.0  # seconds an answer may wait for a relay that stopped reading (bounds a shutdown)
 CONNECT_ATTEMPTS = 50
 
 Authenticate = Callable[[str], Awaitable[Any]]
@@ -131,7 +132,15 @@ async def _serve_connection(stream: trio.SocketStream, dispatcher: Dispatcher, a
             )
             await stream.send_all(jsonrpc.encode(jsonrpc.failure(None, error)) + b"\n")
             continue
-        await stream.send_all(await _answer(line, api_key, dispatcher, authenticate) + b"\n")
+        # A line that was read is answered even when the daemon is shutting down: the store it
+        # carries may already be committed, and an answer lost here is a retry (or a duplicate)
+        # there. Cancellation waits at the next read instead.
+        with trio.CancelScope(shield=True):
+            answer = await _answer(line, api_key, dispatcher, authenticate)
+            with trio.move_on_after(SEND_TIMEOUT) as send_scope:
+                await stream.send_all(answer + b"\n")
+        if send_scope.cancelled_caught:
+            return  # a relay that stopped reading: hang up rather than lose the pairing
 
 
 async def _answer(line: bytes, api_key: str, dispatcher: Dispatcher, authenticate: Authenticate) -> bytes:

@@ -160,3 +160,41 @@ async def test_a_full_accept_backlog_is_waited_out_not_reported_as_a_dead_daemon
     await relay.aclose()
     for filler in fillers:
         filler.close()
+
+
+async def test_a_call_in_flight_when_the_daemon_stops_still_gets_its_answer(tmp_path) -> None:
+    """Shutdown cancels the socket server; a store already being handled is answered first,
+    so the agent is not told "unavailable" about a write that was made."""
+    service = FakeService()
+    started, release = trio.Event(), trio.Event()
+    original_store = service.store
+
+    async def slow_store(principal, **arguments):
+        started.set()
+        await release.wait()
+        return await original_store(principal, **arguments)
+
+    service.store = slow_store
+    path = tmp_path / "mcp.sock"
+    relay = SocketRelay(path, "key-alice")
+    answers = []
+    async with trio.open_nursery() as outer:
+        async with trio.open_nursery() as daemon:
+            await daemon.start(serve_local_socket, bind_local_socket(path), Dispatcher(service, server_version="0"),
+                               service.authenticate)
+
+            async def call() -> None:
+                answers.append(json.loads(await relay(rpc(1, params={"name": "store", "arguments": {
+                    "content": "Ship on Fridays only with a rollback plan.", "cell_type": "Decision"}}))))
+
+            async def finish_the_store_later() -> None:
+                await trio.sleep(0.05)
+                release.set()
+
+            outer.start_soon(call)
+            await started.wait()
+            daemon.cancel_scope.cancel()  # the daemon shuts down with the store in flight
+            outer.start_soon(finish_the_store_later)
+    assert answers[0]["id"] == 1 and answers[0]["result"]["isError"] is False
+    assert len(service.cells) == 1
+    await relay.aclose()
