@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import numpy as np
@@ -15,6 +14,8 @@ import pytest
 
 from node.embedding import RemoteEmbedder, load_embedder
 from node.errors import Unavailable
+
+from .helpers import http_server, reply_json
 
 URL = "http://embeddings.test"
 
@@ -181,12 +182,7 @@ class OllamaHandler(BaseHTTPRequestHandler):
         if self.path != "/api/embed":
             self.send_error(404)
             return
-        payload = json.dumps({"model": body["model"], "embeddings": [fake_vector(t) for t in body["input"]]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        reply_json(self, {"model": body["model"], "embeddings": [fake_vector(t) for t in body["input"]]})
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -194,15 +190,8 @@ class OllamaHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def ollama_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), OllamaHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with http_server(OllamaHandler) as server:
         yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def test_real_http_round_trip(ollama_server: str) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import trio
@@ -20,6 +19,8 @@ from node.home import open_node
 from node.lock import DataDirLock
 from node.progress import Progress
 from node.reindex import reindex
+
+from .helpers import http_server, reply_json
 
 OLD, NEW = HashedEmbedder(), HashedEmbedder(dim=64)
 TEXTS = [f"Service {i} retries failed calls with exponential backoff number {i}." for i in range(7)]
@@ -160,12 +161,7 @@ class FakeOpenAI(BaseHTTPRequestHandler):
             return
         server.inputs.append(body["input"])
         data = [{"index": i, "embedding": HashedEmbedder(dim=8).embed([text])[0].tolist()} for i, text in enumerate(body["input"])]
-        payload = json.dumps({"data": data, "model": body["model"]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        reply_json(self, {"data": data, "model": body["model"]})
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -173,16 +169,9 @@ class FakeOpenAI(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def openai_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
-    server.inputs, server.failures = [], 0
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with http_server(FakeOpenAI) as server:
+        server.inputs, server.failures = [], 0
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 async def test_reindex_into_a_remote_space_in_batches_and_survive_the_service_going_down(
