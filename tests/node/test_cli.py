@@ -22,6 +22,8 @@ import trio
 from node.cli import main
 from node.home import open_node
 
+from .helpers import run_cli
+
 REPO = Path(__file__).resolve().parents[2]
 UUID_LINE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -45,17 +47,7 @@ def cli(home, monkeypatch, capsys, minilm):
     monkeypatch.delenv("HYPHAE_API_KEY", raising=False)
 
     def run(*args: str, key: str | None = None) -> tuple[int, str, str]:
-        capsys.readouterr()
-        if key is None:
-            monkeypatch.delenv("HYPHAE_API_KEY", raising=False)
-        else:
-            monkeypatch.setenv("HYPHAE_API_KEY", key)
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
+        return run_cli(monkeypatch, capsys, list(args), key)
 
     return run
 

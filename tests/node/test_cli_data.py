@@ -14,6 +14,8 @@ import pytest
 from node.cli import build_parser, main
 from node.term import paint
 
+from .helpers import run_cli
+
 SAMPLE = Path(__file__).parent / "data" / "memory_server_graph.jsonl"
 
 
@@ -30,17 +32,7 @@ def cli(hashed_home, monkeypatch, capsys):
     monkeypatch.delenv("HYPHAE_API_KEY", raising=False)
 
     def run(*args: str, key: str | None = None, home: Path | None = None) -> tuple[int, str, str]:
-        capsys.readouterr()
-        if key is None:
-            monkeypatch.delenv("HYPHAE_API_KEY", raising=False)
-        else:
-            monkeypatch.setenv("HYPHAE_API_KEY", key)
-        try:
-            code = main(["--home", str(home or hashed_home), *args])
-        except SystemExit as exc:  # argparse
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
+        return run_cli(monkeypatch, capsys, ["--home", str(home or hashed_home), *args], key)
 
     return run
 
