@@ -1,6 +1,6 @@
 """The ``hyphae`` command line: output a person (or a script) can use, and exit codes that mean something.
 
-Exit codes (node/cli.py): 0 done, 1 the operation failed, 2 bad usage, 3 no usable data dir,
+Exit codes (node/cli/): 0 done, 1 the operation failed, 2 bad usage, 3 no usable data dir,
 4 not authenticated. The story test runs the real console entry in subprocesses; the rest call
 ``node.cli.main`` in-process (same code, no interpreter start and model load per call). The CLI uses
 the data dir's configured embedder, i.e. the built-in MiniLM model.
