@@ -163,6 +163,7 @@ class MeshEngine:
         self._repair_started: dict[str, int] = {}  # peer -> when our last repair request to it went out
         self._repair_unanswered: dict[str, int] = {}  # peer -> requests to it since its last reply
         self._repair_turn = ""  # the periodic round asks the first live peer after this one (by id)
+        self._catching_up: set[str] = set()  # peers asked on (re)connect: asked once more when answered
         self._nonces: dict[bytes, int] = {}
         self._nonce_order: collections.deque[tuple[int, bytes]] = collections.deque()
         self._clock_offsets: dict[str, int] = {}  # sender -> its clock minus ours (ms), estimated
@@ -503,10 +504,10 @@ class MeshEngine:
         if is_new:
             self._out.append(PeerStateChanged(sender_id, peer.address, peer.state.value))
             if peer.neighbour:  # a partial view's data-only contacts are not asked: its neighbours are
-                self._request_repair(peer)
+                self._catch_up(peer)
         elif self._unheard and sender_id in self._unheard:
             self._unheard.discard(sender_id)
-            self._request_repair(peer)  # first word since our restart: catch up on what we missed
+            self._catch_up(peer)  # first word since our restart: catch up on what we missed
         self._liveness(peer, Liveness.HEARD)
         return peer
 
@@ -656,6 +657,7 @@ class MeshEngine:
             self._drop_for(peer.node_id)
             self.repair.forget(peer.node_id)
             self._repair_unanswered.pop(peer.node_id, None)
+            self._catching_up.discard(peer.node_id)
             self._clock_offsets.pop(peer.node_id, None)  # re-estimated from its next frame
         elif new is PeerState.ALIVE and before is not PeerState.ALIVE:
             self._repair_on_reconnect(peer)
@@ -667,9 +669,17 @@ class MeshEngine:
         last = self._repair_started.get(peer.node_id)
         due = self._now if last is None else last + self.config.repair_min_interval_ms
         if due <= self._now:
-            self._request_repair(peer)
+            self._catch_up(peer)
         else:
+            self._catching_up.add(peer.node_id)
             self._repair_due[peer.node_id] = min(self._repair_due.get(peer.node_id, due), due)
+
+    def _catch_up(self, peer: Peer) -> None:
+        """Ask a peer for what we missed now, and once more when the reply is complete: its
+        answer leaves out what the peer received in the last moments (a push to us may still
+        be in flight), and after a crash or a partition that is exactly what may be missing."""
+        self._catching_up.add(peer.node_id)
+        self._request_repair(peer)
 
     def _liveness_round(self) -> None:
         """Time out pings and suspicion; probe the few peers silent the longest (SWIM-like)."""
@@ -782,6 +792,11 @@ class MeshEngine:
             self._repair_due[peer.node_id] = self._now + 2 * self.config.gossip_interval_ms
         elif env.more:
             self._request_repair(peer)
+        elif peer.node_id in self._catching_up:
+            self._catching_up.discard(peer.node_id)
+            cfg = self.config
+            again = self._now + cfg.ack_timeout_ms * (cfg.max_attempts + 1)  # once what it just received has settled
+            self._repair_due[peer.node_id] = min(self._repair_due.get(peer.node_id, again), again)
 
     # -- status ------------------------------------------------------------------------
 

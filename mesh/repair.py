@@ -8,7 +8,8 @@ beacon placed just before a partition is never skipped. Any holder can answer, s
 partition heals without the origin being online.
 
 Requests go out on (re)connect (a peer heard for the first time, or again after it
-was suspect or dead), again when one goes unanswered for ``repair_timeout_ms``, and
+was suspect or dead) and once more after that answer, when what the peer was receiving
+meanwhile has settled; again when one goes unanswered for ``repair_timeout_ms``, and
 every ``repair_interval_ms`` to the next live peer in turn, so any holder is asked
 within one cycle through the live peers. The responder scans at most ``repair_scan_limit`` log entries per request and says
 ``more`` when there is more to scan; decayed cells (energy below the floor) and cells

@@ -254,3 +254,23 @@ def test_the_periodic_repair_asks_every_live_peer_in_turn():
     assert mesh.net.run_until(mesh.net.now + 200_000, lambda: alice.counters.repairs_requested - start >= 12)
     rounds = asked[:12]
     assert all(sorted(rounds[i : i + 4]) == sorted(names[1:]) for i in range(0, 12, 4)), rounds
+
+
+def test_a_catch_up_asks_once_more_for_what_its_peer_received_just_before():
+    # bob receives alice's cell a moment before carol, back from a crash, asks bob for what
+    # she missed: too fresh for that answer (bob's push to her may still be in flight). Alice
+    # is gone, so only a second request to bob, once the cell has settled, brings it.
+    mesh = Mesh("alice", "bob", "carol", repair_interval_ms=600_000)  # no periodic repair to lean on
+    topic = unit(11)
+    mesh.do("bob", BeaconPlaced(beacon(topic)))
+    mesh.do("carol", BeaconPlaced(beacon(topic)))
+    mesh.settle()
+    mesh.net.partition(["carol"])  # carol is down
+    stored = cell(near(topic, 0.9), at=mesh.net.now)
+    mesh.do("alice", CellStored(stored))
+    assert mesh.net.run_until(mesh.net.now + 5_000, lambda: stored.node_id in mesh["bob"].cells)
+    mesh.net.partition(["alice"])  # alice is gone; carol is back
+    restart(mesh, "carol")
+    carol = mesh["carol"].engine
+    assert mesh.net.run_until(mesh.net.now + 15_000, lambda: stored.node_id in mesh["carol"].cells)
+    assert carol.counters.repairs_requested <= 4  # the first request, maybe "not ready" once, and one more
