@@ -207,6 +207,8 @@ class MeshEngine:
         self._armed.clear()  # a new runtime knows no timers yet: arm them all again
         if not self._restored:
             self._restored = True
+            for origin, public_key, proof in getattr(self.store, "keys", list)():
+                self.keyring.learn(origin, public_key, proof)  # checked again: a rotated team drops old proofs
             if self.config.view != "partial":  # a partial view re-learns its neighbourhood instead
                 self._restore_control()
         self._publish(PeerPayload(self.config.address))
@@ -451,7 +453,7 @@ class MeshEngine:
         if sender_id == self.node_id or not self._fresh(env, nonce, sender_id):
             return
         entry = env.keys.get(sender_id)
-        if self.keyring.get(sender_id) is None and (entry is None or not self.keyring.learn(sender_id, *entry)):
+        if self.keyring.get(sender_id) is None and (entry is None or not self._learn_key(sender_id, *entry)):
             self._drop(Reason.NOT_MEMBER)
             return
         peer = self._heard(sender_id, env.sender_address or event.address, event.address, env.type)
@@ -511,6 +513,15 @@ class MeshEngine:
         self._liveness(peer, Liveness.HEARD)
         return peer
 
+    def _learn_key(self, origin: str, public_key: bytes, proof: bytes) -> bool:
+        """Verify and keep a member's key; new ones go to the log too (see ``_on_started``)."""
+        if not self.keyring.learn(origin, public_key, proof):
+            return False
+        put_key = getattr(self.store, "put_key", None)
+        if put_key is not None:
+            put_key(origin, public_key, proof)
+        return True
+
     def _admit(self, diff: Diff, env: Envelope) -> bool:
         """Timestamp, membership and signature of one diff."""
         if diff.ts > self._now + self.config.max_clock_skew_ms:
@@ -522,7 +533,7 @@ class MeshEngine:
             if entry is None:
                 self._drop(Reason.UNKNOWN_ORIGIN)
                 return False
-            if not self.keyring.learn(diff.origin, *entry):
+            if not self._learn_key(diff.origin, *entry):
                 self._drop(Reason.NOT_MEMBER)
                 return False
             key = entry

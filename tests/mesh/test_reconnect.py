@@ -274,3 +274,56 @@ def test_a_catch_up_asks_once_more_for_what_its_peer_received_just_before():
     carol = mesh["carol"].engine
     assert mesh.net.run_until(mesh.net.now + 15_000, lambda: stored.node_id in mesh["carol"].cells)
     assert carol.counters.repairs_requested <= 4  # the first request, maybe "not ready" once, and one more
+
+
+def test_restarted_nodes_keep_members_keys_and_verify_a_relayed_diff_whose_origin_is_gone():
+    # bob holds alice's cell; alice goes away for good. bob and carol both restart, then carol
+    # asks bob for repair: bob's reply carries alice's diff, and only keys kept across the
+    # restarts can vouch for it (alice is not there to send hers).
+    mesh = Mesh("alice", "bob", "carol", repair_interval_ms=600_000)
+    topic = unit(10)
+    mesh.do("bob", BeaconPlaced(beacon(topic)))
+    mesh.do("carol", BeaconPlaced(beacon(topic)))
+    mesh.settle()
+    alice_id = mesh["alice"].node_id
+    mesh.net.partition(["carol"])
+    stored = cell(near(topic, 0.9), at=mesh.net.now)
+    mesh.do("alice", CellStored(stored))
+    assert mesh.net.run_until(mesh.net.now + 5_000, lambda: stored.node_id in mesh["bob"].cells)
+    mesh.net.partition(["alice"])  # alice is gone; carol is back
+    restart(mesh, "bob")
+    restart(mesh, "carol")
+    for name in ("bob", "carol"):
+        assert mesh[name].engine.keyring.get(alice_id) is not None, name  # before any frame came in
+    assert mesh.net.run_until(mesh.net.now + 10_000, lambda: stored.node_id in mesh["carol"].cells)
+    assert mesh["carol"].engine.counters.drops["unknown_origin"] == 0
+
+
+def test_kept_keys_are_checked_again_at_a_restart():
+    mesh = Mesh("alice", "bob")
+    mesh.settle()
+    bob = mesh["bob"].engine
+    alice_id = mesh["alice"].node_id
+    public_key, proof = bob.keyring.get(alice_id)
+    bob.store.put_key(alice_id, public_key, b"\0" * len(proof))  # a proof the team does not vouch for
+    restart(mesh, "bob")
+    assert mesh["bob"].engine.keyring.get(alice_id) is None
+    mesh.run(5_000)  # alice's own frames vouch for her again
+    assert mesh["bob"].engine.keyring.get(alice_id) == (public_key, proof)
+
+
+def test_the_sqlite_log_keeps_members_keys(tmp_path):
+    from mesh.identity import NodeIdentity
+    from node.database import Database
+    from node.mesh_log import SqliteDiffLog
+
+    db = Database(tmp_path / "hyphae.db")
+    try:
+        log = SqliteDiffLog(db)
+        member = NodeIdentity.generate()
+        log.put_key(member.node_id, member.public_key, b"old proof")
+        log.put_key(member.node_id, member.public_key, b"new proof")
+        db.write_sync(lambda tx: None)  # everything before it is committed
+        assert SqliteDiffLog(db).keys() == [(member.node_id, member.public_key, b"new proof")]
+    finally:
+        db.close()
