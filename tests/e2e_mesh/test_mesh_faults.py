@@ -11,9 +11,12 @@ exactly its ground truth (no loss, no duplicate), reporting the time it took:
 
 1. **partition**: {n0, n1} | {n2, n3, n4} (each side's daemons refuse to send to the
    other's), stores on both sides, held until the sides declare each other dead; heal.
-2. **crash**: SIGKILL n2, stores that interest it made while it is down, restart (same
-   data dir, new ports, no ``--peer``: it finds the others from the control state it kept,
-   and they learn its new address from it), and stores it makes right after the restart.
+2. **crash**: SIGKILL n2; stores that interest it made while it is down, first while the
+   others still count it alive (pushed, resent, then dropped), then more once they have all
+   declared it dead (dropped at once: each origin alone holds them and owes them to n2);
+   restart (same data dir, new ports, no ``--peer``: it finds the others from the control
+   state it kept, and they learn its new address from it), and stores it makes right
+   after the restart.
 3. **slow peer**: every frame to or from n1 waits 300 ms; stores that interest n1.
 
 The short version (CI) stores a few cells in each phase, with the skewed clocks;
@@ -148,7 +151,7 @@ def partition_phase(drill: Drill, stores: int, hold: float) -> None:
     drill.converge("partition", time.monotonic())
 
 
-def crash_phase(drill: Drill, stores: int) -> None:
+def crash_phase(drill: Drill, stores: int, hold: float) -> None:
     victim = drill.node("n2")
     victim.kill()
     others = [n for n in drill.nodes if n is not victim]
@@ -156,6 +159,11 @@ def crash_phase(drill: Drill, stores: int) -> None:
         origin = others[i % len(others)]
         drill.store(origin, "only-n2")
         drill.store(origin, "all")
+    wait_until(lambda: all(
+        {p["state"] for p in n.peers()["peers"] if p["node_id"] == victim.node_id} == {"dead"} for n in others),
+        hold, interval=0.2, message=lambda: "the others declaring n2 dead\n" + drill.states())  # fmt: skip
+    for i in range(stores):  # stored for a node known dead, seconds before it is back
+        drill.store(others[(i + 1) % len(others)], "only-n2")
     victim.start()  # new ports and no --peer: it finds the others from the control state it kept
     back = time.monotonic()
     for i in range(max(1, stores // 2)):  # stored right after the restart, by the node that crashed
@@ -181,7 +189,7 @@ def run_drill(lab: Lab, *, stores: int, rounds: int = 1, hold: float = 30.0) -> 
     drill = Drill(lab)
     for _ in range(rounds):
         partition_phase(drill, stores, hold)
-        crash_phase(drill, stores)
+        crash_phase(drill, stores, hold)
         slow_phase(drill, stores, 0.3)
         wait_connected(drill.nodes)
     drill.no_clock_drops()
