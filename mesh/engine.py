@@ -15,8 +15,11 @@ never touches a socket. Five parts, one module each:
 * **data plane** (:mod:`mesh.routing`, :mod:`mesh.outbox`): a stored cell becomes a
   signed diff; the origin matches it against every known beacon and pushes it to the
   owners, batched per peer, highest energy first, acknowledged and retransmitted.
-* **repair** (:mod:`mesh.repair`): on (re)connect and periodically, ask a peer for
-  what matches my beacons in its log after the position it last served me.
+* **repair** (:mod:`mesh.repair`): on (re)connect, and periodically to each live peer
+  in turn, ask a peer for what matches my beacons in its log after the position it
+  last served me; a request left unanswered is sent again. The other way round, an
+  origin keeps what it failed to deliver to a peer (:class:`Owed`) and offers it again
+  when that peer comes back.
 * **views**: ``view="full"`` (the LAN default) knows every member and beacon and
   routes with :class:`FullView`. ``view="partial"`` (large meshes) gossips with at most
   ``max_neighbours`` neighbours, replicates control diffs only ``interest_radius`` hops
@@ -53,7 +56,7 @@ from .identity import NodeIdentity, node_id_for
 from .membership import Keyring, Liveness, Peer, PeerState, PeerTable
 from .memory import DiffLog
 from .outbox import Batch, Outbox
-from .repair import RepairClient, answer_repair
+from .repair import Owed, RepairClient, answer_repair
 from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy
 from .team import FRAME_OVERHEAD, FrameSealer
 from .wire import (
@@ -69,6 +72,7 @@ Verifier = Callable[[bytes, bytes, bytes], bool]  # (public_key, signature, mess
 
 _GOSSIP, _LIVENESS, _REPAIR, _OUTBOX = "gossip", "liveness", "repair", "outbox"
 _OUT_OF_RADIUS = "out_of_radius"  # a control diff from farther than the interest radius (partial view)
+_REPAIR_RESENDS = 2  # an unanswered repair request is sent again this often; then the periodic round covers
 
 
 @dataclasses.dataclass
@@ -149,6 +153,7 @@ class MeshEngine:
             ack_timeout_ms=config.ack_timeout_ms, max_attempts=config.max_attempts,
         )  # fmt: skip
         self.repair = RepairClient(config.repair_timeout_ms)
+        self.owed = Owed(config.send_queue_limit)  # dropped for a peer: offered again when it comes back
         self.counters = Counters()
         self._seq = store.max_seq(self.node_id)
         self._contacts: dict[str, int] = {}  # unauthenticated address -> next try
@@ -156,6 +161,9 @@ class MeshEngine:
         self._recent: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=MAX_HAVES)
         self._asked_at: dict[str, int] = {}  # peer -> when our last answered repair request went out
         self._repair_started: dict[str, int] = {}  # peer -> when our last repair request to it went out
+        self._repair_unanswered: dict[str, int] = {}  # peer -> requests to it since its last reply
+        self._repair_turn = ""  # the periodic round asks the first live peer after this one (by id)
+        self._catching_up: set[str] = set()  # peers asked on (re)connect: asked once more when answered
         self._nonces: dict[bytes, int] = {}
         self._nonce_order: collections.deque[tuple[int, bytes]] = collections.deque()
         self._clock_offsets: dict[str, int] = {}  # sender -> its clock minus ours (ms), estimated
@@ -199,6 +207,8 @@ class MeshEngine:
         self._armed.clear()  # a new runtime knows no timers yet: arm them all again
         if not self._restored:
             self._restored = True
+            for origin, public_key, proof in getattr(self.store, "keys", list)():
+                self.keyring.learn(origin, public_key, proof)  # checked again: a rotated team drops old proofs
             if self.config.view != "partial":  # a partial view re-learns its neighbourhood instead
                 self._restore_control()
         self._publish(PeerPayload(self.config.address))
@@ -380,6 +390,8 @@ class MeshEngine:
             peer.neighbour = False
         if peer is None or peer.state is PeerState.DEAD:
             self._drop(Reason.PEER_DEAD)
+            if peer is not None:
+                self.owed.add(peer_id, diff, energy)
             return
         if self.outbox.enqueue(peer_id, diff, energy):
             self._drop(Reason.QUEUE_FULL)
@@ -390,7 +402,7 @@ class MeshEngine:
         for peer_id in sorted(self.outbox.ready):
             peer = self.peers.get(peer_id)
             if peer is None or peer.state is PeerState.DEAD:
-                self._drop(Reason.PEER_DEAD, self.outbox.drop_peer(peer_id))
+                self._drop_for(peer_id)
                 continue
             batch = self.outbox.take(peer_id, self._now)
             if batch is not None:
@@ -399,8 +411,25 @@ class MeshEngine:
     def _send_batch(self, peer: Peer, batch: Batch) -> None:
         self._send(peer.address, MsgType.DATA, tuple(d for _, _, d in batch.items), batch_id=batch.batch_id)
 
+    def _drop_for(self, peer_id: str) -> None:
+        """Empty a dead peer's queue; what was in it is owed to it if it comes back."""
+        if self.peers.get(peer_id) is not None:
+            for energy, diff in self.outbox.held(peer_id):
+                self.owed.add(peer_id, diff, energy)
+        self._drop(Reason.PEER_DEAD, self.outbox.drop_peer(peer_id))
+
+    def _offer_owed(self, peer: Peer) -> None:
+        """A peer back from suspect or dead: send what we failed to deliver to it, unless decayed."""
+        for energy, diff in self.owed.take(peer.node_id):
+            p = diff.payload
+            if isinstance(p, CellPayload) and not self.energy.worth_repairing(
+                energy, p.cell_type, p.created_at, self._now
+            ):
+                continue
+            self._enqueue(peer.node_id, diff, energy)
+
     def _expire_batches(self) -> None:
-        failing, gave_up = self.outbox.expire(self._now)
+        failing, gave_up = self.outbox.expire(self._now, self.owed.add)
         self._drop(Reason.GAVE_UP, gave_up)
         for peer_id in failing:
             if (peer := self.peers.get(peer_id)) is not None:
@@ -424,7 +453,7 @@ class MeshEngine:
         if sender_id == self.node_id or not self._fresh(env, nonce, sender_id):
             return
         entry = env.keys.get(sender_id)
-        if self.keyring.get(sender_id) is None and (entry is None or not self.keyring.learn(sender_id, *entry)):
+        if self.keyring.get(sender_id) is None and (entry is None or not self._learn_key(sender_id, *entry)):
             self._drop(Reason.NOT_MEMBER)
             return
         peer = self._heard(sender_id, env.sender_address or event.address, event.address, env.type)
@@ -477,12 +506,21 @@ class MeshEngine:
         if is_new:
             self._out.append(PeerStateChanged(sender_id, peer.address, peer.state.value))
             if peer.neighbour:  # a partial view's data-only contacts are not asked: its neighbours are
-                self._request_repair(peer)
+                self._catch_up(peer)
         elif self._unheard and sender_id in self._unheard:
             self._unheard.discard(sender_id)
-            self._request_repair(peer)  # first word since our restart: catch up on what we missed
+            self._catch_up(peer)  # first word since our restart: catch up on what we missed
         self._liveness(peer, Liveness.HEARD)
         return peer
+
+    def _learn_key(self, origin: str, public_key: bytes, proof: bytes) -> bool:
+        """Verify and keep a member's key; new ones go to the log too (see ``_on_started``)."""
+        if not self.keyring.learn(origin, public_key, proof):
+            return False
+        put_key = getattr(self.store, "put_key", None)
+        if put_key is not None:
+            put_key(origin, public_key, proof)
+        return True
 
     def _admit(self, diff: Diff, env: Envelope) -> bool:
         """Timestamp, membership and signature of one diff."""
@@ -495,7 +533,7 @@ class MeshEngine:
             if entry is None:
                 self._drop(Reason.UNKNOWN_ORIGIN)
                 return False
-            if not self.keyring.learn(diff.origin, *entry):
+            if not self._learn_key(diff.origin, *entry):
                 self._drop(Reason.NOT_MEMBER)
                 return False
             key = entry
@@ -627,11 +665,14 @@ class MeshEngine:
             return
         self._out.append(PeerStateChanged(peer.node_id, peer.address, new.value))
         if new is PeerState.DEAD:
-            self._drop(Reason.PEER_DEAD, self.outbox.drop_peer(peer.node_id))
+            self._drop_for(peer.node_id)
             self.repair.forget(peer.node_id)
+            self._repair_unanswered.pop(peer.node_id, None)
+            self._catching_up.discard(peer.node_id)
             self._clock_offsets.pop(peer.node_id, None)  # re-estimated from its next frame
         elif new is PeerState.ALIVE and before is not PeerState.ALIVE:
             self._repair_on_reconnect(peer)
+            self._offer_owed(peer)
 
     def _repair_on_reconnect(self, peer: Peer) -> None:
         """Catch up on what we missed, at most once per ``repair_min_interval_ms`` per peer:
@@ -639,9 +680,17 @@ class MeshEngine:
         last = self._repair_started.get(peer.node_id)
         due = self._now if last is None else last + self.config.repair_min_interval_ms
         if due <= self._now:
-            self._request_repair(peer)
+            self._catch_up(peer)
         else:
+            self._catching_up.add(peer.node_id)
             self._repair_due[peer.node_id] = min(self._repair_due.get(peer.node_id, due), due)
+
+    def _catch_up(self, peer: Peer) -> None:
+        """Ask a peer for what we missed now, and once more when the reply is complete: its
+        answer leaves out what the peer received in the last moments (a push to us may still
+        be in flight), and after a crash or a partition that is exactly what may be missing."""
+        self._catching_up.add(peer.node_id)
+        self._request_repair(peer)
 
     def _liveness_round(self) -> None:
         """Time out pings and suspicion; probe the few peers silent the longest (SWIM-like)."""
@@ -680,14 +729,28 @@ class MeshEngine:
         if self._next_repair_at is not None and self._next_repair_at <= now:
             live = (self.peers.neighbours if self.partial else self.peers.in_state)(PeerState.ALIVE)
             if live:
-                self._request_repair(self._rng.choice(live))
+                # Each live peer in turn, not a random one: whatever one holder alone has (a
+                # cell its origin could not deliver) is asked for within one cycle.
+                ids = sorted(p.node_id for p in live)
+                turn = next((i for i in ids if i > self._repair_turn), ids[0])
+                self._repair_turn = turn
+                self._request_repair(self.peers.get(turn))  # type: ignore[arg-type]
             self._next_repair_at = now + self._jitter(self.config.repair_interval_ms)
 
     def _request_repair(self, peer: Peer) -> None:
         started = self.repair.start(peer.node_id, self._now)
-        if started is None:
+        if started is None:  # one is in flight; keep its resend armed if a due time was used up
+            sent_at = self.repair.sent_at(peer.node_id)
+            if sent_at is not None and self._repair_unanswered.get(peer.node_id, 0) <= _REPAIR_RESENDS:
+                self._repair_due.setdefault(peer.node_id, sent_at + self.config.repair_timeout_ms)
             return
         request_id, since = started
+        # Sent again if unanswered (a lost frame, a timed-out reply), a few times in a row at most.
+        unanswered = self._repair_unanswered.get(peer.node_id, 0) + 1
+        self._repair_unanswered[peer.node_id] = unanswered
+        if unanswered <= _REPAIR_RESENDS:
+            resend_at = self._now + self.config.repair_timeout_ms
+            self._repair_due[peer.node_id] = min(self._repair_due.get(peer.node_id, resend_at), resend_at)
         self._repair_started[peer.node_id] = self._now
         self.counters.repairs_requested += 1
         self._send(
@@ -731,12 +794,20 @@ class MeshEngine:
         sent_at = self.repair.sent_at(peer.node_id)
         if not self.repair.finish(peer.node_id, env.request_id, env.upto, env.ready):
             return
+        self._repair_unanswered.pop(peer.node_id, None)
+        if sent_at is not None and self._repair_due.get(peer.node_id) == sent_at + self.config.repair_timeout_ms:
+            del self._repair_due[peer.node_id]  # answered: no resend
         if env.ready and sent_at is not None:
             self._asked_at[peer.node_id] = sent_at
         if not env.ready:
             self._repair_due[peer.node_id] = self._now + 2 * self.config.gossip_interval_ms
         elif env.more:
             self._request_repair(peer)
+        elif peer.node_id in self._catching_up:
+            self._catching_up.discard(peer.node_id)
+            cfg = self.config
+            again = self._now + cfg.ack_timeout_ms * (cfg.max_attempts + 1)  # once what it just received has settled
+            self._repair_due[peer.node_id] = min(self._repair_due.get(peer.node_id, again), again)
 
     # -- status ------------------------------------------------------------------------
 

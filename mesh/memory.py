@@ -4,7 +4,9 @@ The engine keeps every diff it originates or accepts in a :class:`DiffLog`: the 
 de-duplicates by ``(origin, seq)``, answers repair requests in log order, finds a
 cell's diff for its tombstone, remembers our own highest seq across restarts, and
 hands back the control diffs (members, beacons, scenes) so a restarted node routes
-from its first store instead of after a round of anti-entropy.
+from its first store instead of after a round of anti-entropy, and keeps the members'
+public keys (with their membership proofs) so a restarted node verifies a member's
+diffs before that member has spoken to it again.
 A log position (``lsn``) is local to one node and only ever grows; repair asks "what
 matches my beacons after position p in *your* log?". The production node implements
 the same protocol over SQLite.
@@ -40,6 +42,12 @@ class DiffLog(Protocol):
     def control_diffs(self) -> list[Diff]:
         """Every control diff held (peer, beacon, unbeacon, scene), in log order."""
 
+    def put_key(self, origin: str, public_key: bytes, proof: bytes) -> None:
+        """Remember a member's verified key and membership proof (the newest per origin)."""
+
+    def keys(self) -> list[tuple[str, bytes, bytes]]:
+        """Every remembered ``(origin, public_key, proof)``."""
+
 
 class MemoryDiffLog:
     """A :class:`DiffLog` in dictionaries; diffs are shared, never copied."""
@@ -52,6 +60,7 @@ class MemoryDiffLog:
         self._data: list[Diff] = []
         self._max_seq: dict[str, int] = {}
         self._control: list[Diff] = []
+        self._keys: dict[str, tuple[bytes, bytes]] = {}
         self._next_lsn = 1
 
     def __len__(self) -> int:
@@ -92,3 +101,9 @@ class MemoryDiffLog:
 
     def control_diffs(self) -> list[Diff]:
         return list(self._control)
+
+    def put_key(self, origin: str, public_key: bytes, proof: bytes) -> None:
+        self._keys[origin] = (public_key, proof)
+
+    def keys(self) -> list[tuple[str, bytes, bytes]]:
+        return [(origin, key, proof) for origin, (key, proof) in self._keys.items()]

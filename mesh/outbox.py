@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+from collections.abc import Callable
 
 from .wire import Diff
 
@@ -148,8 +149,9 @@ class Outbox:
         batch.deadline = max(batch.deadline, now + self.delivered_timeout_ms)
         return True
 
-    def expire(self, now: int) -> tuple[list[str], int]:
-        """Requeue unacknowledged batches; returns (peers whose batches gave up, diffs given up)."""
+    def expire(self, now: int, gave_up_on: Callable[[str, Diff, float], None] | None = None) -> tuple[list[str], int]:
+        """Requeue unacknowledged batches; returns (peers whose batches gave up, diffs given up).
+        ``gave_up_on(peer_id, diff, energy)`` hears of each diff given up."""
         failing: list[str] = []
         gave_up = 0
         expired = [batch for batch in self._batches.values() if batch.deadline <= now]
@@ -159,11 +161,21 @@ class Outbox:
             for energy, attempts, diff in batch.items:
                 if attempts >= self.max_attempts:
                     gave_up += 1
+                    if gave_up_on is not None:
+                        gave_up_on(batch.peer_id, diff, energy)
                     if batch.peer_id not in failing:
                         failing.append(batch.peer_id)
                 else:
                     self.enqueue(batch.peer_id, diff, energy, attempts)
         return failing, gave_up
+
+    def held(self, peer_id: str) -> list[tuple[float, Diff]]:
+        """(energy, diff) of everything queued or in flight for a peer."""
+        lane = self._lanes.get(peer_id)
+        if lane is None:
+            return []
+        queued = [(-neg, diff) for neg, _, _, diff in lane.queue]
+        return queued + [(energy, diff) for batch in lane.inflight.values() for energy, _, diff in batch.items]
 
     def drop_peer(self, peer_id: str) -> int:
         """Forget everything queued or in flight for a peer; returns the diff count."""

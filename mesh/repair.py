@@ -8,10 +8,18 @@ beacon placed just before a partition is never skipped. Any holder can answer, s
 partition heals without the origin being online.
 
 Requests go out on (re)connect (a peer heard for the first time, or again after it
-was suspect or dead) and every ``repair_interval_ms`` to a random live peer. The
-responder scans at most ``repair_scan_limit`` log entries per request and says
+was suspect or dead) and once more after that answer, when what the peer was receiving
+meanwhile has settled; again when one goes unanswered for ``repair_timeout_ms``, and
+every ``repair_interval_ms`` to the next live peer in turn, so any holder is asked
+within one cycle through the live peers. The responder scans at most ``repair_scan_limit`` log entries per request and says
 ``more`` when there is more to scan; decayed cells (energy below the floor) and cells
 older than the beacon are not sent.
+
+Repair is the requester's pull; :class:`Owed` is the origin's push. What an origin
+failed to hand a peer (dropped as the peer went dead, or given up after every resend)
+it keeps, within a bound, and offers again when that peer comes back: a cell stored
+for a dead node and held by its origin alone would otherwise wait until that node's
+repair happens to ask the origin.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from .memory import DiffLog
 from .routing import IndexedBeacon, accepts
 from .wire import DIFF_KEY_BYTES, CellPayload, Diff, TombstonePayload, diff_key
 
-__all__ = ["RepairClient", "RepairAnswer", "answer_repair"]
+__all__ = ["RepairClient", "RepairAnswer", "Owed", "answer_repair"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -69,6 +77,30 @@ class RepairClient:
 
     def forget(self, peer_id: str) -> None:
         self._pending.pop(peer_id, None)
+
+
+class Owed:
+    """Per peer, the diffs we failed to deliver to it: at most ``limit``, highest energy kept."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._owed: dict[str, dict[bytes, tuple[float, Diff]]] = {}
+
+    def add(self, peer_id: str, diff: Diff, energy: float) -> int:
+        """Remember one diff for ``peer_id``; returns how many the bound pushed out (0 or 1)."""
+        owed = self._owed.setdefault(peer_id, {})
+        owed[diff_key(diff.origin, diff.seq)] = (energy, diff)
+        if len(owed) <= self.limit:
+            return 0
+        del owed[min(owed, key=lambda key: owed[key][0])]
+        return 1
+
+    def take(self, peer_id: str) -> list[tuple[float, Diff]]:
+        """Everything owed to ``peer_id`` (highest energy first), forgotten here."""
+        return sorted(self._owed.pop(peer_id, {}).values(), key=lambda item: -item[0])
+
+    def count(self, peer_id: str) -> int:
+        return len(self._owed.get(peer_id, ()))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

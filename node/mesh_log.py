@@ -6,7 +6,8 @@ seq live in memory (loaded at open), and diffs not yet committed sit in a small
 overlay until their write lands. Writes go through the node's group committer like
 every other write. Control diffs keep one row per key (origin, beacon/scene/peer): a
 newer one deletes the rows it supersedes, so restarts and re-announced beacons do not
-grow the log.
+grow the log. Members' keys (verified by the engine before it hands them over) keep
+one row per origin.
 """
 
 from __future__ import annotations
@@ -93,6 +94,18 @@ class SqliteDiffLog:
             "SELECT signed, signature, hops, ttl FROM mesh_log WHERE is_data = 0 ORDER BY lsn",
         )
         return [decode_signed(*row) for row in rows]
+
+    def put_key(self, origin: str, public_key: bytes, proof: bytes) -> None:
+        row = (origin, public_key, proof)
+        self.db.submit(lambda tx: tx.execute(
+            "INSERT INTO mesh_keys (origin, public_key, proof) VALUES (?,?,?) "
+            "ON CONFLICT (origin) DO UPDATE SET public_key = excluded.public_key, proof = excluded.proof",
+            row,
+        ))  # fmt: skip
+
+    def keys(self) -> list[tuple[str, bytes, bytes]]:
+        return [(origin, bytes(key), bytes(proof)) for origin, key, proof in
+                self.db.query("SELECT origin, public_key, proof FROM mesh_keys")]  # fmt: skip
 
     def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
         rows = self.db.query(

@@ -149,6 +149,15 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX mesh_log_data ON mesh_log(is_data, lsn)",
         "CREATE INDEX cells_origin_stored ON cells(origin_node, stored_at)",
     ],
+    # v3: members' public keys and membership proofs, verified when first seen, so a restarted
+    # node verifies diffs relayed from a member that has not spoken to it since.
+    [
+        """CREATE TABLE mesh_keys (
+            origin     TEXT PRIMARY KEY,
+            public_key BLOB NOT NULL,
+            proof      BLOB NOT NULL
+        )""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -2,7 +2,9 @@
 
 Repair on reconnect, but not on every flap; a restarted node starts from the control
 state it had (members, addresses, beacons) instead of from nothing; a node back on a
-new address is found there again.
+new address is found there again. What an origin could not deliver to a dead peer is
+offered again when it comes back; a repair request left unanswered is sent again; the
+periodic repair asks every live peer in turn.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import dataclasses
 import random
 
 from mesh.engine import MeshEngine
-from mesh.events import BeaconPlaced, BeaconRemoved, CellStored, SendFailed, SendFrame, Started
+from mesh.events import BeaconPlaced, BeaconRemoved, CellStored, PeerDiscovered, SendFailed, SendFrame, Started
+from mesh.testing import make_engine
+from mesh.wire import MsgType, decode_envelope
 
 from .test_engine import ENERGY, Mesh, beacon, cell, near, unit
 
@@ -141,5 +145,185 @@ def test_the_sqlite_log_keeps_one_row_per_control_key(tmp_path):
         reopened = SqliteDiffLog(db)
         assert [d.payload.address for d in reopened.control_diffs()] == ["127.0.0.1:3"]
         assert reopened.max_seq(me.node_id) == 3
+    finally:
+        db.close()
+
+
+def frames_of_type(mesh: Mesh, sender: str, mtype: MsgType, *, lose: int = 0) -> list[str]:
+    """Watch ``sender``'s frames of ``mtype`` (the addresses they go to, in order) and lose
+    the first ``lose`` of them on the way."""
+    seen: list[str] = []
+    send = mesh.net._send
+
+    def watched(src: str, effect: SendFrame) -> None:
+        if src == sender:
+            engine = mesh[src].engine
+            _, _, plaintext = engine._sealer.open(effect.frame)
+            if decode_envelope(plaintext, engine.config.limits).type is mtype:
+                seen.append(effect.address)
+                if len(seen) <= lose:
+                    return
+        send(src, effect)
+
+    mesh.net._send = watched
+    return seen
+
+
+def test_a_cell_stored_for_a_dead_peer_is_offered_again_by_its_origin_when_the_peer_is_back():
+    # The cell is stored seconds before bob returns, so bob's first repair request finds it
+    # too fresh to answer (its push may still be in flight), and only alice holds it.
+    mesh = Mesh("alice", "bob", "carol", repair_interval_ms=600_000)  # no periodic repair to lean on
+    mesh.do("bob", BeaconPlaced(beacon(unit(6))))
+    mesh.settle()
+    bob_id = mesh["bob"].node_id
+    alice = mesh["alice"].engine
+    mesh.net.partition(["bob"])  # bob is down
+    assert mesh.net.run_until(mesh.net.now + 30_000, lambda: alice.peers.get(bob_id).state.value == "dead")
+    stored = cell(near(unit(6), 0.9), at=mesh.net.now)
+    mesh.do("alice", CellStored(stored))  # nothing sent to a dead peer: owed to it
+    assert alice.owed.count(bob_id) == 1 and alice.counters.drops["peer_dead"] >= 1
+    mesh.net.heal()
+    restart(mesh, "bob")
+    got = mesh["bob"].cells
+    assert mesh.net.run_until(mesh.net.now + 5_000, lambda: stored.node_id in got)
+    assert alice.owed.count(bob_id) == 0
+    mesh.run(5_000)
+    assert got[stored.node_id].origin_node == mesh["alice"].node_id and len(got) == 1
+
+
+def test_what_a_batch_gave_up_on_is_offered_again_when_the_peer_answers_again():
+    mesh = Mesh("alice", "bob", repair_interval_ms=600_000)
+    mesh.do("bob", BeaconPlaced(beacon(unit(7))))
+    mesh.settle()
+    bob_id = mesh["bob"].node_id
+    alice = mesh["alice"].engine
+    mesh.net.partition(["bob"])
+    stored = cell(near(unit(7), 0.9), at=mesh.net.now)
+    mesh.do("alice", CellStored(stored))  # sent while bob still counts as alive: resent, then given up or dropped
+    assert mesh.net.run_until(mesh.net.now + 60_000, lambda: alice.outbox.depth(bob_id) == 0
+                              and alice.outbox.inflight(bob_id) == 0)  # fmt: skip
+    assert alice.owed.count(bob_id) == 1
+    assert stored.node_id not in mesh["bob"].cells
+    mesh.net.heal()
+    assert mesh.net.run_until(mesh.net.now + 15_000, lambda: stored.node_id in mesh["bob"].cells)
+
+
+def test_a_decayed_cell_is_not_offered_again():
+    mesh = Mesh("alice", "bob", repair_interval_ms=600_000)
+    mesh.do("bob", BeaconPlaced(beacon(unit(8), threshold=0.5)))
+    mesh.settle()
+    bob_id = mesh["bob"].node_id
+    alice = mesh["alice"].engine
+    mesh.net.partition(["bob"])
+    assert mesh.net.run_until(mesh.net.now + 30_000, lambda: alice.peers.get(bob_id).state.value == "dead")
+    day = 86_400_000
+    old = cell(unit(8), cell_type="Context", salience=0.5, at=mesh.net.now - 30 * day)  # E = 0.2 * 2^-10
+    fresh = cell(unit(8), at=mesh.net.now)
+    mesh.do("alice", CellStored(old))
+    mesh.do("alice", CellStored(fresh))
+    assert alice.owed.count(bob_id) == 2
+    mesh.net.heal()
+    assert mesh.net.run_until(mesh.net.now + 30_000, lambda: fresh.node_id in mesh["bob"].cells)
+    mesh.run(5_000)
+    assert old.node_id not in mesh["bob"].cells and alice.owed.count(bob_id) == 0
+
+
+def test_an_unanswered_repair_request_is_sent_again():
+    mesh = Mesh("alice", "carol", repair_interval_ms=600_000)
+    mesh.settle()
+    stored = cell(near(unit(9), 0.9), at=mesh.net.now)
+    mesh.do("alice", CellStored(stored))  # wanted by nobody yet: held by alice alone, owed to no one
+    bob = mesh.net.add(make_engine("bob", mesh.team, ENERGY, repair_interval_ms=600_000))
+    mesh.net.start("bob")
+    mesh.do("bob", BeaconPlaced(beacon(unit(9))))
+    requests = frames_of_type(mesh, "bob", MsgType.REPAIR_REQUEST, lose=1)
+    mesh.do("bob", PeerDiscovered("alice"))
+    timeout = bob.engine.config.repair_timeout_ms
+    assert mesh.net.run_until(mesh.net.now + timeout + 5_000, lambda: stored.node_id in bob.cells), requests
+    assert requests[:2] == ["alice", "alice"]
+
+
+def test_the_periodic_repair_asks_every_live_peer_in_turn():
+    names = ["alice", "bob", "carol", "dave", "erin"]
+    mesh = Mesh(*names, repair_interval_ms=10_000)
+    mesh.settle()
+    mesh.run(15_000)  # the repairs of joining are over
+    asked = frames_of_type(mesh, "alice", MsgType.REPAIR_REQUEST)
+    alice = mesh["alice"].engine
+    start = alice.counters.repairs_requested
+    assert mesh.net.run_until(mesh.net.now + 200_000, lambda: alice.counters.repairs_requested - start >= 12)
+    rounds = asked[:12]
+    assert all(sorted(rounds[i : i + 4]) == sorted(names[1:]) for i in range(0, 12, 4)), rounds
+
+
+def test_a_catch_up_asks_once_more_for_what_its_peer_received_just_before():
+    # bob receives alice's cell a moment before carol, back from a crash, asks bob for what
+    # she missed: too fresh for that answer (bob's push to her may still be in flight). Alice
+    # is gone, so only a second request to bob, once the cell has settled, brings it.
+    mesh = Mesh("alice", "bob", "carol", repair_interval_ms=600_000)  # no periodic repair to lean on
+    topic = unit(11)
+    mesh.do("bob", BeaconPlaced(beacon(topic)))
+    mesh.do("carol", BeaconPlaced(beacon(topic)))
+    mesh.settle()
+    mesh.net.partition(["carol"])  # carol is down
+    stored = cell(near(topic, 0.9), at=mesh.net.now)
+    mesh.do("alice", CellStored(stored))
+    assert mesh.net.run_until(mesh.net.now + 5_000, lambda: stored.node_id in mesh["bob"].cells)
+    mesh.net.partition(["alice"])  # alice is gone; carol is back
+    restart(mesh, "carol")
+    carol = mesh["carol"].engine
+    assert mesh.net.run_until(mesh.net.now + 15_000, lambda: stored.node_id in mesh["carol"].cells)
+    assert carol.counters.repairs_requested <= 4  # the first request, maybe "not ready" once, and one more
+
+
+def test_restarted_nodes_keep_members_keys_and_verify_a_relayed_diff_whose_origin_is_gone():
+    # bob holds alice's cell; alice goes away for good. bob and carol both restart, then carol
+    # asks bob for repair: bob's reply carries alice's diff, and only keys kept across the
+    # restarts can vouch for it (alice is not there to send hers).
+    mesh = Mesh("alice", "bob", "carol", repair_interval_ms=600_000)
+    topic = unit(10)
+    mesh.do("bob", BeaconPlaced(beacon(topic)))
+    mesh.do("carol", BeaconPlaced(beacon(topic)))
+    mesh.settle()
+    alice_id = mesh["alice"].node_id
+    mesh.net.partition(["carol"])
+    stored = cell(near(topic, 0.9), at=mesh.net.now)
+    mesh.do("alice", CellStored(stored))
+    assert mesh.net.run_until(mesh.net.now + 5_000, lambda: stored.node_id in mesh["bob"].cells)
+    mesh.net.partition(["alice"])  # alice is gone; carol is back
+    restart(mesh, "bob")
+    restart(mesh, "carol")
+    for name in ("bob", "carol"):
+        assert mesh[name].engine.keyring.get(alice_id) is not None, name  # before any frame came in
+    assert mesh.net.run_until(mesh.net.now + 10_000, lambda: stored.node_id in mesh["carol"].cells)
+    assert mesh["carol"].engine.counters.drops["unknown_origin"] == 0
+
+
+def test_kept_keys_are_checked_again_at_a_restart():
+    mesh = Mesh("alice", "bob")
+    mesh.settle()
+    bob = mesh["bob"].engine
+    alice_id = mesh["alice"].node_id
+    public_key, proof = bob.keyring.get(alice_id)
+    bob.store.put_key(alice_id, public_key, b"\0" * len(proof))  # a proof the team does not vouch for
+    restart(mesh, "bob")
+    assert mesh["bob"].engine.keyring.get(alice_id) is None
+    mesh.run(5_000)  # alice's own frames vouch for her again
+    assert mesh["bob"].engine.keyring.get(alice_id) == (public_key, proof)
+
+
+def test_the_sqlite_log_keeps_members_keys(tmp_path):
+    from mesh.identity import NodeIdentity
+    from node.database import Database
+    from node.mesh_log import SqliteDiffLog
+
+    db = Database(tmp_path / "hyphae.db")
+    try:
+        log = SqliteDiffLog(db)
+        member = NodeIdentity.generate()
+        log.put_key(member.node_id, member.public_key, b"old proof")
+        log.put_key(member.node_id, member.public_key, b"new proof")
+        db.write_sync(lambda tx: None)  # everything before it is committed
+        assert SqliteDiffLog(db).keys() == [(member.node_id, member.public_key, b"new proof")]
     finally:
         db.close()
