@@ -7,6 +7,7 @@ relay an editor launches) for the stdio figures.
     python benchmarks/mcp_bench.py                      # hashed + built-in model, 10k cells
     python benchmarks/mcp_bench.py --skip-model         # hashed embedder only (~1 min)
     python benchmarks/mcp_bench.py --profile recall     # py-spy the daemon under 8-client recall
+    python benchmarks/mcp_bench.py --floor-only         # hypercorn's own floor, nothing else
 
 What is measured:
 
@@ -19,6 +20,9 @@ What is measured:
   once before timing) and *misses* (every query text unique, so each one is embedded).
 - stdio: ``hyphae mcp`` subprocess, one recall at a time (write a line, read a line),
   p50/p99 over ``--stdio-calls`` calls after a warm-up; hits and misses again.
+- hypercorn's floor: a no-op ASGI app (reads the body, answers a fixed JSON body) on
+  hypercorn's trio worker, configured as the daemon configures it, loaded by the same 8
+  clients. What a request costs the server before any of Hyphae's code runs.
 
 Two nodes: one with the hashed embedder (``[embedder] provider = "hashed"``), whose
 pre-fill of 10k cells takes seconds and whose figures are the cost of the surface and
@@ -122,6 +126,61 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+
+
+class NoopServer:
+    """The floor: ``serve_noop`` in a subprocess (quacks like :class:`Node` for :func:`measure`)."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, __file__, "--serve-noop"], stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.url, self.key = f"http://127.0.0.1:{int(self.process.stdout.readline())}", "unused"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+NOOP_BODY = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"{}"}],"isError":false}}'
+
+
+def serve_noop() -> None:
+    """Serve a no-op ASGI app on hypercorn's trio worker until killed; print the port first."""
+    import socket
+
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", b"%d" % len(NOOP_BODY))]})
+        await send({"type": "http.response.body", "body": NOOP_BODY})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    print(sock.getsockname()[1], flush=True)
+    config = Config()  # as node/daemon.py sets it up
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = None
+    config.keep_alive_timeout = 75
+    trio.run(serve, app, config)
+
+
+def hypercorn_floor(args: argparse.Namespace) -> dict[str, Any]:
+    server = NoopServer()
+    try:
+        return {f"{name}_x8": measure(server, 8, recall_hit, args.duration, args.repeats, raw)
+                for name, raw in (("raw_client", True), ("httpx", False))}
+    finally:
+        server.stop()
 
 
 # -- HTTP load --------------------------------------------------------------------------
@@ -429,12 +488,22 @@ def main() -> None:
     parser.add_argument("--skip-model", action="store_true", help="hashed embedder only")
     parser.add_argument("--profile", choices=("recall", "store"), help="py-spy the hashed daemon under 8 clients")
     parser.add_argument("--json", type=Path, help="write the figures here too")
+    parser.add_argument("--floor-only", action="store_true", help="measure hypercorn's floor and stop")
+    parser.add_argument("--serve-noop", action="store_true", help=argparse.SUPPRESS)  # the floor's server
     args = parser.parse_args()
+    if args.serve_noop:
+        serve_noop()
+        return
 
     report: dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv), "cells": args.cells}
+    print(f"machine: {report['machine']}", flush=True)
+    report["hypercorn_floor"] = floor = hypercorn_floor(args)
+    print(f"hypercorn floor (no-op app): {floor}", flush=True)
+    if args.floor_only:
+        print(json.dumps(report, indent=2))
+        return
     root = Path(tempfile.mkdtemp(prefix="hyphae-mcp-bench-"))
     try:
-        print(f"machine: {report['machine']}", flush=True)
         print("hashed embedder node:", flush=True)
         node = Node(root, "hashed")
         try:

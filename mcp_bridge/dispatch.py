@@ -24,9 +24,10 @@ over HTTP every POST stands alone, so a ``tools/call`` before ``initialize`` is 
 
 Every successful ``tools/call`` returns the seed's envelope: a text block with the
 payload as compact JSON, ``structuredContent`` with the payload itself, ``isError:
-false``. Payloads are checked against the tool's ``outputSchema`` before they leave, so
-a facade that drifts from the contract fails loudly here (-32603, logged with the
-violation) rather than in a client's validator.
+false`` (encoded once: see :func:`_envelope`). With ``check_results``, payloads are
+checked against the tool's ``outputSchema`` before they leave, so a facade that drifts
+from the contract fails loudly here (-32603, logged with the violation) rather than in
+a client's validator.
 """
 
 from __future__ import annotations
@@ -208,9 +209,16 @@ class Dispatcher:
             except SchemaViolation as violation:
                 logger.error("%s returned a result outside its outputSchema: %s", tool.name, violation)
                 raise internal_error() from None
-        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        return {
-            "content": [{"type": "text", "text": text}],
-            "structuredContent": payload,
-            "isError": False,
-        }
+        return _envelope(payload)
+
+
+def _envelope(payload: dict[str, Any]) -> jsonrpc.EncodedResult:
+    """The seed's tool-result envelope. The payload appears twice (as the text block, and
+    as structuredContent) but is encoded once: its JSON is the text and is spliced into the
+    envelope's own encoding."""
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    quoted = json.dumps(text, ensure_ascii=False)
+    envelope = {"content": [{"type": "text", "text": text}], "structuredContent": payload, "isError": False}
+    return jsonrpc.EncodedResult(
+        envelope, f'{{"content":[{{"type":"text","text":{quoted}}}],"structuredContent":{text},"isError":false}}'
+    )

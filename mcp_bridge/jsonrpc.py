@@ -33,6 +33,8 @@ integer, and a float (which JSON-RPC discourages) is refused too.
 :func:`success`, :func:`failure` and :func:`encode` build and serialise responses:
 compact, UTF-8, one line (``json.dumps`` escapes control characters inside strings, so
 an encoded message never contains a raw newline, which the stdio framing relies on).
+A result that already knows its own encoding (:class:`EncodedResult`) is spliced in as
+it is rather than encoded a second time.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "INVALID_PARAMS",
     "INTERNAL_ERROR",
     "JsonRpcError",
+    "EncodedResult",
     "RequestReceived",
     "NotificationReceived",
     "ResponseReceived",
@@ -190,6 +193,21 @@ def _classify(message: Any) -> Event:
     return _invalid("a message needs a 'method' (request or notification) or a 'result'/'error' (response)", known_id)
 
 
+class EncodedResult(dict):
+    """A result object that carries its own compact JSON text in ``json``.
+
+    It is still the dict (callers read it as one); :func:`encode` writes ``json`` instead
+    of walking the dict again. Whoever builds one guarantees that ``json`` is the dict
+    encoded as :func:`encode` would (compact, ``ensure_ascii=False``, no NaN).
+    """
+
+    __slots__ = ("json",)
+
+    def __init__(self, value: dict[str, Any], json_text: str) -> None:
+        super().__init__(value)
+        self.json = json_text
+
+
 def success(id: RequestId, result: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": id, "result": result}
 
@@ -198,12 +216,19 @@ def failure(id: RequestId | None, error: JsonRpcError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": id, "error": error.to_dict()}
 
 
+_SUCCESS_KEYS = frozenset({"jsonrpc", "id", "result"})
+
+
 def encode(message: Any) -> bytes:
     """Compact UTF-8 JSON on one line (no trailing newline).
 
     A lone surrogate (legal in a JSON string, not in UTF-8) falls back to ``\\u`` escapes.
     """
     try:
+        result = message.get("result") if type(message) is dict else None
+        if type(result) is EncodedResult and message.keys() == _SUCCESS_KEYS and message["jsonrpc"] == "2.0":
+            head = json.dumps(message["id"], ensure_ascii=False)
+            return f'{{"jsonrpc":"2.0","id":{head},"result":{result.json}}}'.encode("utf-8")
         return json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")

@@ -66,6 +66,7 @@ class NodeMetrics:
             "hyphae_mcp_tool_seconds", "Time in the facade for one MCP tool call", ["tool", "outcome"],
             buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        self._bound: dict[tuple[str, ...], Any] = {}
 
     def watch(self, service: Any) -> None:
         """Read the service's own counters (storage, queues, the mesh) at every scrape."""
@@ -77,8 +78,24 @@ class NodeMetrics:
             self.stores.inc()
             self.store_seconds.observe(seconds)
         else:
-            self.recalls.labels(operation).inc()
-            self.recall_seconds.labels(operation).observe(seconds)
+            count, latency = self._children(("recall", operation), lambda: (
+                self.recalls.labels(operation), self.recall_seconds.labels(operation)
+            ))  # fmt: skip
+            count.inc()
+            latency.observe(seconds)
+
+    def tool_latency(self, tool: str, outcome: str) -> Any:
+        """The ``hyphae_mcp_tool_seconds`` child for one tool and outcome."""
+        return self._children(("tool", tool, outcome), lambda: self.mcp_tool_seconds.labels(tool, outcome))
+
+    def _children(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+        # labels() hashes and validates its arguments under a lock on every call; a child,
+        # once made, never changes, so each is looked up once. Made on first use, as labels()
+        # does, so a series appears in the exposition only once it has happened.
+        child = self._bound.get(key)
+        if child is None:
+            child = self._bound[key] = make()
+        return child
 
     def exposition(self) -> bytes:
         """Everything, in the Prometheus text format."""
@@ -124,12 +141,18 @@ class InstrumentedTools:
     def __init__(self, service: Any, metrics: NodeMetrics) -> None:
         self._service = service
         self._metrics = metrics
+        self._timed: dict[str, Callable[..., Any]] = {}
 
     def __getattr__(self, name: str) -> Any:
-        target = getattr(self._service, name)
         if name not in MCP_TOOLS:
-            return target
-        histogram = self._metrics.mcp_tool_seconds
+            return getattr(self._service, name)
+        timed = self._timed.get(name)
+        if timed is None:
+            timed = self._timed[name] = self._time(name, getattr(self._service, name))
+        return timed
+
+    def _time(self, name: str, target: Callable[..., Any]) -> Callable[..., Any]:
+        metrics = self._metrics
 
         async def timed(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
@@ -139,7 +162,7 @@ class InstrumentedTools:
                 outcome = "ok"
                 return result
             finally:
-                histogram.labels(name, outcome).observe(time.perf_counter() - started)
+                metrics.tool_latency(name, outcome).observe(time.perf_counter() - started)
 
         return timed
 

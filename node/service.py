@@ -38,7 +38,7 @@ from .embedding.worker import EmbeddingWorker
 from .errors import ConfigError, Conflict, Forbidden, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from .layers import LayerSet
 from .metrics import NodeMetrics, observed
-from .principals import Principal, hash_api_key, new_api_key
+from .principals import Principal, PrincipalCache, hash_api_key, new_api_key
 from .ratelimit import RateLimiter
 from .scenes import consolidate, encode_cursor, decode_cursor, scene_row_to_dict, SCENE_COLUMNS
 
@@ -110,6 +110,7 @@ class MemoryService:
         self.beacons = BeaconBook(config.energy)
         self._embedding = EmbeddingWorker(embedder)
         self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst)  # per agent, in authenticate
+        self._principals = PrincipalCache()  # emptied by every revocation
         self.mesh: MeshHooks | None = None  # set by the daemon when the node is in a team
         self.mesh_status: Callable[[], dict[str, Any]] | None = None
         self.metrics = NodeMetrics()  # a registry per service: several in one process never collide
@@ -188,14 +189,20 @@ class MemoryService:
         """
         if not api_key:
             raise Unauthenticated("no API key given: set HYPHAE_API_KEY (stdio) or the x-hyphae-key header")
-        row = self.db.query_one(
-            "SELECT tenant_id, agent_id, name, projects FROM principals WHERE key_hash = ? AND revoked_at IS NULL",
-            (hash_api_key(api_key),),
-        )
-        if row is None:
-            raise Unauthenticated("the API key is not valid (unknown or revoked)")
-        self.rate_limiter.check(row[1], f"the API key of agent {row[2]!r}")
-        return Principal(row[0], row[1], row[2], tuple(json.loads(row[3])))
+        key_hash = hash_api_key(api_key)
+        principal = self._principals.get(key_hash)
+        if principal is None:
+            generation = self._principals.generation
+            row = self.db.query_one(
+                "SELECT tenant_id, agent_id, name, projects FROM principals WHERE key_hash = ? AND revoked_at IS NULL",
+                (key_hash,),
+            )
+            if row is None:
+                raise Unauthenticated("the API key is not valid (unknown or revoked)")
+            principal = Principal(row[0], row[1], row[2], tuple(json.loads(row[3])))
+            self._principals.put(key_hash, principal, generation)
+        self.rate_limiter.check(principal.agent_id, f"the API key of agent {principal.name!r}")
+        return principal
 
     async def add_agent(self, name: str, projects: list[str] | None = None) -> tuple[Principal, str]:
         """Create an agent and its key; the key is returned once and stored only hashed."""
@@ -243,6 +250,7 @@ class MemoryService:
             agent_id, revoked_at = row
             if revoked_at is None:
                 tx.execute("UPDATE principals SET revoked_at = ? WHERE agent_id = ?", (now, agent_id))
+                tx.after_commit(self._principals.invalidate)  # before the revocation is acknowledged
                 tx.after_commit(lambda: self._retire_beacons_of(agent_id))
                 tx.after_commit(lambda: self.rate_limiter.forget(agent_id))
                 revoked_at = now

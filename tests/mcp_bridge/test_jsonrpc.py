@@ -140,6 +140,41 @@ def test_encode_refuses_nan_rather_than_write_invalid_json() -> None:
         jsonrpc.encode({"x": float("nan")})
 
 
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    request_id=st.integers() | st.text(),
+    payload=st.dictionaries(st.text(max_size=8), _JSON_VALUES, max_size=5),
+)
+def test_a_tool_result_encoded_once_is_byte_for_byte_what_encoding_it_twice_gives(request_id, payload) -> None:
+    from mcp_bridge.dispatch import _envelope
+
+    envelope = _envelope(payload)
+    assert isinstance(envelope, jsonrpc.EncodedResult)
+    spliced = jsonrpc.encode(jsonrpc.success(request_id, envelope))
+    walked = jsonrpc.encode(jsonrpc.success(request_id, dict(envelope)))  # a plain dict: encoded the long way
+    assert spliced == walked
+    decoded = json.loads(spliced)
+    assert decoded["result"]["structuredContent"] == payload
+    assert json.loads(decoded["result"]["content"][0]["text"]) == payload
+
+
+def test_a_spliced_result_with_a_lone_surrogate_falls_back_to_escapes() -> None:
+    from mcp_bridge.dispatch import _envelope
+
+    text = json.loads('"\\udc80"')
+    data = jsonrpc.encode(jsonrpc.success(text, _envelope({"content": text})))
+    assert data.isascii()
+    decoded = json.loads(data)
+    assert decoded["id"] == text and decoded["result"]["structuredContent"] == {"content": text}
+
+
 def test_failure_carries_code_message_and_data() -> None:
     error = jsonrpc.JsonRpcError(-32004, "no such scene", {"reason": "not_found"})
     assert jsonrpc.failure("a", error) == {

@@ -11,7 +11,7 @@ import uuid
 import pytest
 import trio
 
-from node.principals import hash_api_key, new_api_key
+from node.principals import Principal, PrincipalCache, hash_api_key, new_api_key
 from tests.node.helpers import rejected, second_tenant_key, store
 
 # -- helpers -------------------------------------------------------------------------------
@@ -211,6 +211,32 @@ async def test_unknown_empty_and_revoked_keys_are_unauthenticated(service, make_
     with trio.fail_after(10):
         assert await service.revoke_agent("alice") == revoked  # revoking twice answers the same
     await rejected(service.revoke_agent("nobody"), "not_found", "name")
+
+
+async def test_a_key_in_use_is_refused_on_the_first_call_after_its_revocation(service, make_agent):
+    alice, key = await make_agent("alice")
+    _, bobs_key = await make_agent("bob")
+    for _ in range(3):  # resolved once, then answered from the principal cache
+        assert await service.authenticate(key) == alice
+    assert (await service.authenticate(bobs_key)).name == "bob"
+    with trio.fail_after(10):
+        await service.revoke_agent("alice")
+    await rejected(service.authenticate(key), "unauthenticated")
+    await rejected(service.authenticate(key), "unauthenticated")
+    assert (await service.authenticate(bobs_key)).name == "bob"
+
+
+def test_a_lookup_that_started_before_a_revocation_is_not_cached():
+    cache = PrincipalCache()
+    alice = Principal("tenant", "agent-alice", "alice")
+    read_at = cache.generation  # the database was read here, before the revocation committed
+    cache.invalidate()  # the revocation commits
+    cache.put(b"alice-hash", alice, read_at)
+    assert cache.get(b"alice-hash") is None
+    cache.put(b"alice-hash", alice, cache.generation)  # a read after it is kept
+    assert cache.get(b"alice-hash") == alice
+    cache.invalidate()
+    assert cache.get(b"alice-hash") is None
 
 
 # -- read scope: tenants -----------------------------------------------------------------------------
