@@ -84,6 +84,3 @@ class RateLimiter:
                 burst=int(self.burst),
             )
 
-    def forget(self, key: str) -> None:
-        """Drop a key's bucket (a revoked agent)."""
-        self._buckets.pop(key, None)
