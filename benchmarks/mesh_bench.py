@@ -40,10 +40,12 @@ Prints a markdown report and writes JSON with ``--json PATH``.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -131,13 +133,63 @@ def counters(nodes: list[MeshNode]) -> dict[str, dict[str, Any]]:
 
 def cpu_seconds(nodes: list[MeshNode]) -> float:
     """User + system CPU seconds the daemons have used so far (all their threads)."""
+    return sum(_process_cpu(node.process.pid) for node in nodes)
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds per live thread of ``pid`` (utime + stime from /proc/PID/task/TID/stat)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for node in nodes:
-        with open(f"/proc/{node.process.pid}/stat") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return total
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def thread_roles(pid: int) -> dict[int, str]:
+    """Thread id -> role (main, writer, indexer, embed, worker), from the Python thread names
+    ``py-spy dump`` reports; without py-spy only the main thread is told apart."""
+    roles = {pid: "main"}
+    try:
+        dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return roles
+    for tid, name in re.findall(r'^Thread (\d+) \([^)]*\)(?:: "([^"]*)")?', dump, re.M):
+        role = {"MainThread": "main", "hyphae-writer": "writer", "hyphae-indexer": "indexer"}.get(name)
+        roles[int(tid)] = role or ("embed" if name.startswith("hyphae-embed") else "worker")
+    return roles
+
+
+class CpuByRole:
+    """The daemons' CPU by thread role over a window (threads that ended count as ``ended``)."""
+
+    def __init__(self, nodes: list[MeshNode]) -> None:
+        self.pids = [node.process.pid for node in nodes]
+        self.threads = {pid: thread_cpu(pid) for pid in self.pids}
+        self.process = {pid: _process_cpu(pid) for pid in self.pids}
+
+    def since(self) -> dict[str, float]:
+        out: collections.Counter[str] = collections.Counter()
+        for pid in self.pids:
+            roles = thread_roles(pid)
+            before, after = self.threads[pid], thread_cpu(pid)
+            listed = 0.0
+            for tid, seconds in after.items():
+                used = seconds - before.get(tid, 0.0)
+                out[roles.get(tid, "worker")] += used
+                listed += used
+            out["ended"] += max(0.0, _process_cpu(pid) - self.process[pid] - listed)
+        return dict(out)
+
+
+def _process_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def delta(after: dict, before: dict, field: str) -> int:
@@ -326,6 +378,7 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
     idle_cores = (cpu_seconds(nodes) - idle_cpu) / (time.monotonic() - idle_began)
     before = counters(nodes)
     cpu_before = cpu_seconds(nodes)
+    by_role = CpuByRole(nodes)
     self_before = os.times()
     late: list[float] = []
     call_ms: list[float] = []
@@ -388,6 +441,7 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
     drained = time.monotonic() - drain_began
     after = counters(nodes)
     cpu = cpu_seconds(nodes) - cpu_before
+    cpu_roles = by_role.since()
     self_after = os.times()
     generator_cpu = (self_after.user + self_after.system) - (self_before.user + self_before.system)
     lags = []
@@ -404,7 +458,8 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
         "data_frames": delta(after, before, "data_frames"), "data_diffs": delta(after, before, "data_diffs"),
         "control_frames": delta(after, before, "control_frames"), "drops": drops,
         "posts": delta(after, before, "posts"), "replies_in_response": delta(after, before, "replies"),
-        "daemon_cpu_s": cpu, "generator_cpu_s": generator_cpu, "idle_cores": idle_cores,
+        "daemon_cpu_s": cpu, "daemon_cpu_s_by_thread": cpu_roles, "generator_cpu_s": generator_cpu,
+        "idle_cores": idle_cores,
     }  # fmt: skip
 
 
@@ -479,6 +534,11 @@ def report(result: dict[str, Any]) -> str:
                    f"CPU-ms per store with its {fmt(s['deliveries'] / max(1, s['stores']), 2)} deliveries); "
                    f"the load generator {fmt(s['generator_cpu_s'])} CPU-s; the idle mesh (gossip, pings, timers) "
                    f"{fmt(s['idle_cores'], 3)} cores")  # fmt: skip
+        if "daemon_cpu_s_by_thread" in s:
+            roles = sorted(s["daemon_cpu_s_by_thread"].items(), key=lambda kv: -kv[1])
+            out.append("- the daemons' CPU-ms per store by thread: " + ", ".join(
+                f"{role} {fmt(1000 * seconds / max(1, s['stores']), 2)}" for role, seconds in roles
+            ) + f"; the load generator {fmt(1000 * s['generator_cpu_s'] / max(1, s['stores']), 2)}")  # fmt: skip
         out.append(f"- drops: {s['drops']}")
     return "\n".join(out)
 
