@@ -124,7 +124,8 @@ def counters(nodes: list[MeshNode]) -> dict[str, dict[str, Any]]:
         out[node.name] = {
             "data_frames": s["frames_sent"].get("data", 0), "control_frames": s["frames_sent"].get("control", 0),
             "data_bytes": s["bytes_sent"].get("data", 0), "control_bytes": s["bytes_sent"].get("control", 0),
-            "data_diffs": s["data_diffs_sent"], "drops": dict(s["drops"]),
+            "data_diffs": s["data_diffs_sent"], "resent_diffs": s.get("data_diffs_resent", 0),
+            "repair_diffs": s.get("repair_diffs_sent", 0), "drops": dict(s["drops"]),
             "posts": s["transport"]["sent"], "replies": s["runtime"].get("replies_in_response", 0),
             "runtime": {k: v for k, v in s["runtime"].items() if isinstance(v, int)},
         }  # fmt: skip
@@ -456,6 +457,7 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
         "complete": got == expected, "drain_s": drained, "total_s": time.monotonic() - wall_began,
         "delivery_lag_ms": summary(lags), "deliveries": sum(got),
         "data_frames": delta(after, before, "data_frames"), "data_diffs": delta(after, before, "data_diffs"),
+        "resent_diffs": delta(after, before, "resent_diffs"), "repair_diffs": delta(after, before, "repair_diffs"),
         "control_frames": delta(after, before, "control_frames"), "drops": drops,
         "posts": delta(after, before, "posts"), "replies_in_response": delta(after, before, "replies"),
         "daemon_cpu_s": cpu, "daemon_cpu_s_by_thread": cpu_roles, "generator_cpu_s": generator_cpu,
@@ -525,7 +527,8 @@ def report(result: dict[str, Any]) -> str:
         out.append(f"- completeness: expected per node {s['expected']}, got {s['got']}: "
                    f"**{'complete' if s['complete'] else 'INCOMPLETE'}** (drained {fmt(s['drain_s'])} s after the last store)")  # fmt: skip
         out.append(f"- data frames {s['data_frames']}, data diffs {s['data_diffs']} "
-                   f"({fmt(s['data_diffs'] / max(1, s['deliveries']), 3)} per delivery), control frames {s['control_frames']}")  # fmt: skip
+                   f"({fmt(s['data_diffs'] / max(1, s['deliveries']), 3)} per delivery; resent {s.get('resent_diffs', '?')}, "
+                   f"in repair replies {s.get('repair_diffs', '?')}), control frames {s['control_frames']}")  # fmt: skip
         if "posts" in s:
             out.append(f"- mesh HTTP requests {s['posts']} ({fmt(s['posts'] / max(1, s['deliveries']), 3)} per delivery); "
                        f"frames answered inside the response to the frame they answer: {s['replies_in_response']}")  # fmt: skip
