@@ -32,7 +32,9 @@ rest), no zeroconf. The harness is ``tests/e2e_mesh/cluster.py``. Three parts:
    outstanding (beyond that the generator waits, so a saturated mesh shows as a lower
    achieved rate rather than as an unbounded queue), round-robin over origins, projects
    ``load-m`` (m = 0..4) drawn at random; project ``load-m`` interests m nodes. Afterwards
-   every inbox is counted against the expected number (origin excluded).
+   every inbox is counted against the expected number (origin excluded). CPU is read from
+   ``/proc`` per daemon thread (roles from ``py-spy dump`` when it is installed), and the
+   data diffs sent are split into first sends, resends and repair replies.
 
 Prints a markdown report and writes JSON with ``--json PATH``.
 """
