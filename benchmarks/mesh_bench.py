@@ -32,7 +32,9 @@ rest), no zeroconf. The harness is ``tests/e2e_mesh/cluster.py``. Three parts:
    outstanding (beyond that the generator waits, so a saturated mesh shows as a lower
    achieved rate rather than as an unbounded queue), round-robin over origins, projects
    ``load-m`` (m = 0..4) drawn at random; project ``load-m`` interests m nodes. Afterwards
-   every inbox is counted against the expected number (origin excluded).
+   every inbox is counted against the expected number (origin excluded). CPU is read from
+   ``/proc`` per daemon thread (roles from ``py-spy dump`` when it is installed), and the
+   data diffs sent are split into first sends, resends and repair replies.
 
 Prints a markdown report and writes JSON with ``--json PATH``.
 """
@@ -40,10 +42,12 @@ Prints a markdown report and writes JSON with ``--json PATH``.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -122,7 +126,8 @@ def counters(nodes: list[MeshNode]) -> dict[str, dict[str, Any]]:
         out[node.name] = {
             "data_frames": s["frames_sent"].get("data", 0), "control_frames": s["frames_sent"].get("control", 0),
             "data_bytes": s["bytes_sent"].get("data", 0), "control_bytes": s["bytes_sent"].get("control", 0),
-            "data_diffs": s["data_diffs_sent"], "drops": dict(s["drops"]),
+            "data_diffs": s["data_diffs_sent"], "resent_diffs": s.get("data_diffs_resent", 0),
+            "repair_diffs": s.get("repair_diffs_sent", 0), "drops": dict(s["drops"]),
             "posts": s["transport"]["sent"], "replies": s["runtime"].get("replies_in_response", 0),
             "runtime": {k: v for k, v in s["runtime"].items() if isinstance(v, int)},
         }  # fmt: skip
@@ -131,13 +136,63 @@ def counters(nodes: list[MeshNode]) -> dict[str, dict[str, Any]]:
 
 def cpu_seconds(nodes: list[MeshNode]) -> float:
     """User + system CPU seconds the daemons have used so far (all their threads)."""
+    return sum(_process_cpu(node.process.pid) for node in nodes)
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds per live thread of ``pid`` (utime + stime from /proc/PID/task/TID/stat)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for node in nodes:
-        with open(f"/proc/{node.process.pid}/stat") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return total
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def thread_roles(pid: int) -> dict[int, str]:
+    """Thread id -> role (main, writer, indexer, embed, worker), from the Python thread names
+    ``py-spy dump`` reports; without py-spy only the main thread is told apart."""
+    roles = {pid: "main"}
+    try:
+        dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return roles
+    for tid, name in re.findall(r'^Thread (\d+) \([^)]*\)(?:: "([^"]*)")?', dump, re.M):
+        role = {"MainThread": "main", "hyphae-writer": "writer", "hyphae-indexer": "indexer"}.get(name)
+        roles[int(tid)] = role or ("embed" if name.startswith("hyphae-embed") else "worker")
+    return roles
+
+
+class CpuByRole:
+    """The daemons' CPU by thread role over a window (threads that ended count as ``ended``)."""
+
+    def __init__(self, nodes: list[MeshNode]) -> None:
+        self.pids = [node.process.pid for node in nodes]
+        self.threads = {pid: thread_cpu(pid) for pid in self.pids}
+        self.process = {pid: _process_cpu(pid) for pid in self.pids}
+
+    def since(self) -> dict[str, float]:
+        out: collections.Counter[str] = collections.Counter()
+        for pid in self.pids:
+            roles = thread_roles(pid)
+            before, after = self.threads[pid], thread_cpu(pid)
+            listed = 0.0
+            for tid, seconds in after.items():
+                used = seconds - before.get(tid, 0.0)
+                out[roles.get(tid, "worker")] += used
+                listed += used
+            out["ended"] += max(0.0, _process_cpu(pid) - self.process[pid] - listed)
+        return dict(out)
+
+
+def _process_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def delta(after: dict, before: dict, field: str) -> int:
@@ -326,6 +381,7 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
     idle_cores = (cpu_seconds(nodes) - idle_cpu) / (time.monotonic() - idle_began)
     before = counters(nodes)
     cpu_before = cpu_seconds(nodes)
+    by_role = CpuByRole(nodes)
     self_before = os.times()
     late: list[float] = []
     call_ms: list[float] = []
@@ -388,6 +444,7 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
     drained = time.monotonic() - drain_began
     after = counters(nodes)
     cpu = cpu_seconds(nodes) - cpu_before
+    cpu_roles = by_role.since()
     self_after = os.times()
     generator_cpu = (self_after.user + self_after.system) - (self_before.user + self_before.system)
     lags = []
@@ -402,9 +459,11 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
         "complete": got == expected, "drain_s": drained, "total_s": time.monotonic() - wall_began,
         "delivery_lag_ms": summary(lags), "deliveries": sum(got),
         "data_frames": delta(after, before, "data_frames"), "data_diffs": delta(after, before, "data_diffs"),
+        "resent_diffs": delta(after, before, "resent_diffs"), "repair_diffs": delta(after, before, "repair_diffs"),
         "control_frames": delta(after, before, "control_frames"), "drops": drops,
         "posts": delta(after, before, "posts"), "replies_in_response": delta(after, before, "replies"),
-        "daemon_cpu_s": cpu, "generator_cpu_s": generator_cpu, "idle_cores": idle_cores,
+        "daemon_cpu_s": cpu, "daemon_cpu_s_by_thread": cpu_roles, "generator_cpu_s": generator_cpu,
+        "idle_cores": idle_cores,
     }  # fmt: skip
 
 
@@ -470,7 +529,8 @@ def report(result: dict[str, Any]) -> str:
         out.append(f"- completeness: expected per node {s['expected']}, got {s['got']}: "
                    f"**{'complete' if s['complete'] else 'INCOMPLETE'}** (drained {fmt(s['drain_s'])} s after the last store)")  # fmt: skip
         out.append(f"- data frames {s['data_frames']}, data diffs {s['data_diffs']} "
-                   f"({fmt(s['data_diffs'] / max(1, s['deliveries']), 3)} per delivery), control frames {s['control_frames']}")  # fmt: skip
+                   f"({fmt(s['data_diffs'] / max(1, s['deliveries']), 3)} per delivery; resent {s.get('resent_diffs', '?')}, "
+                   f"in repair replies {s.get('repair_diffs', '?')}), control frames {s['control_frames']}")  # fmt: skip
         if "posts" in s:
             out.append(f"- mesh HTTP requests {s['posts']} ({fmt(s['posts'] / max(1, s['deliveries']), 3)} per delivery); "
                        f"frames answered inside the response to the frame they answer: {s['replies_in_response']}")  # fmt: skip
@@ -479,6 +539,11 @@ def report(result: dict[str, Any]) -> str:
                    f"CPU-ms per store with its {fmt(s['deliveries'] / max(1, s['stores']), 2)} deliveries); "
                    f"the load generator {fmt(s['generator_cpu_s'])} CPU-s; the idle mesh (gossip, pings, timers) "
                    f"{fmt(s['idle_cores'], 3)} cores")  # fmt: skip
+        if "daemon_cpu_s_by_thread" in s:
+            roles = sorted(s["daemon_cpu_s_by_thread"].items(), key=lambda kv: -kv[1])
+            out.append("- the daemons' CPU-ms per store by thread: " + ", ".join(
+                f"{role} {fmt(1000 * seconds / max(1, s['stores']), 2)}" for role, seconds in roles
+            ) + f"; the load generator {fmt(1000 * s['generator_cpu_s'] / max(1, s['stores']), 2)}")  # fmt: skip
         out.append(f"- drops: {s['drops']}")
     return "\n".join(out)
 

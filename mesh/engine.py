@@ -82,6 +82,8 @@ class Counters:
     frames_sent: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # data/control
     bytes_sent: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # data/control
     data_diffs_sent: int = 0
+    data_diffs_resent: int = 0  # of those, sent again (no ack in time)
+    repair_diffs_sent: int = 0  # of those, in repair replies
     frames_received: int = 0
     bytes_received: int = 0
     diffs_accepted: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by kind
@@ -379,7 +381,10 @@ class MeshEngine:
         self.counters.frames_sent[lane] += 1
         self.counters.bytes_sent[lane] += len(frame)
         if data_bytes:
-            self.counters.data_diffs_sent += sum(1 for d in diffs if d.kind in DATA_KINDS)
+            sent = sum(1 for d in diffs if d.kind in DATA_KINDS)
+            self.counters.data_diffs_sent += sent
+            if mtype is MsgType.REPAIR_REPLY:
+                self.counters.repair_diffs_sent += sent
         batch_id = fields.get("batch_id", 0) if mtype is MsgType.DATA else 0
         self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply, batch_id))
 
@@ -409,6 +414,7 @@ class MeshEngine:
                 self._send_batch(peer, batch)
 
     def _send_batch(self, peer: Peer, batch: Batch) -> None:
+        self.counters.data_diffs_resent += sum(1 for _, attempts, _ in batch.items if attempts > 1)
         self._send(peer.address, MsgType.DATA, tuple(d for _, _, d in batch.items), batch_id=batch.batch_id)
 
     def _drop_for(self, peer_id: str) -> None:
@@ -828,6 +834,8 @@ class MeshEngine:
             "frames_sent": dict(c.frames_sent),
             "bytes_sent": dict(c.bytes_sent),
             "data_diffs_sent": c.data_diffs_sent,
+            "data_diffs_resent": c.data_diffs_resent,
+            "repair_diffs_sent": c.repair_diffs_sent,
             "frames_received": c.frames_received,
             "bytes_received": c.bytes_received,
             "diffs_accepted": dict(c.diffs_accepted),

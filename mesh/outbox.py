@@ -35,7 +35,9 @@ from .wire import Diff
 __all__ = ["Outbox", "Batch", "MAX_ACK_TIMEOUT_MS", "DELIVERED_ACK_TIMEOUT_MS"]
 
 MAX_ACK_TIMEOUT_MS = 30_000
-DELIVERED_ACK_TIMEOUT_MS = 15_000
+# A peer that took the frame acks it once its engine gets to it; on a starved machine that
+# took over 15 s, and resending then tripled the diffs sent per delivery (mesh.md, 2026-12-02).
+DELIVERED_ACK_TIMEOUT_MS = 60_000
 PENDING_TIMEOUT_MS = 6_000  # the HTTP transport gives up on a request after 5 s
 
 

@@ -14,8 +14,6 @@ import collections
 import logging
 from typing import Any
 
-import trio
-
 from mesh import events as ev
 from mesh.wire import BeaconPayload, CellPayload, DiffKind, decode_signed
 
@@ -95,20 +93,19 @@ class MeshLink:
             log.info("peer %s at %s is %s", effect.peer_id[:12], effect.address, effect.state)
 
     async def apply_many(self, effects: list[Any]) -> None:
-        """The cells of one batch at once: their writes meet in the writer's queue and share
-        one durable commit, instead of one commit (and group-commit window) per cell."""
-
-        async def one(effect: Any) -> None:
-            try:
-                await self.apply(effect)
-            except Exception:
-                log.exception("ingesting a remote cell failed")
-
-        async with trio.open_nursery() as nursery:
-            for effect in effects:
-                nursery.start_soon(one, effect)
+        """The cells of one batch (a run of ``StoreRemoteCell``) as one write job: one
+        durable commit and one wake-up for the batch, not one per cell."""
+        cells = [self._cell(e.cell, e.origin_node, e.hops, e.signature) for e in effects]
+        stored = await self.service.ingest_remote_many([c for c, _ in cells], re_embed=[again for _, again in cells])
+        self._count(stored, {c.node_id: c.origin_node for c, _ in cells})
 
     async def _store_remote(self, payload: CellPayload, origin_node: str, hops: int, signature: bytes) -> None:
+        cell, again = self._cell(payload, origin_node, hops, signature)
+        stored = await self.service.ingest_remote(cell, re_embed=again)
+        self._count([stored] if stored else [], {cell.node_id: origin_node})
+
+    def _cell(self, payload: CellPayload, origin_node: str, hops: int, signature: bytes) -> tuple[v.Cell, bool]:
+        """The cell to store, and whether it must be embedded again (another embedding space)."""
         embedder = self.service.embedder
         same_space = payload.embedding_space == embedder.space and payload.embedding.shape == (embedder.dim,)
         cell = v.Cell(
@@ -118,9 +115,12 @@ class MeshLink:
             embedding_space=payload.embedding_space, scene_id=payload.scene_id, project=payload.project,
             source_ref=payload.source_ref, metadata=dict(payload.metadata), hops=hops, signature=signature,
         )  # fmt: skip
-        if await self.service.ingest_remote(cell, re_embed=not same_space):
+        return cell, not same_space
+
+    def _count(self, stored: list[str], origins: dict[str, str]) -> None:
+        for node_id in stored:
             self.cells_received += 1
-            self.cells_received_from[origin_node] += 1
+            self.cells_received_from[origins[node_id]] += 1
 
     # -- start-up ----------------------------------------------------------------------
 

@@ -4,13 +4,17 @@ The engine calls the log synchronously on the trio thread, so reads of what it j
 wrote must not wait for a commit: membership of ``(origin, seq)`` and our own highest
 seq live in memory (loaded at open), and diffs not yet committed sit in a small
 overlay until their write lands. Writes go through the node's group committer like
-every other write. Control diffs keep one row per key (origin, beacon/scene/peer): a
+every other write, the rows put in a row sharing one job (a received batch is one job,
+not one per diff). Control diffs keep one row per key (origin, beacon/scene/peer): a
 newer one deletes the rows it supersedes, so restarts and re-announced beacons do not
 grow the log. Members' keys (verified by the engine before it hands them over) keep
 one row per origin.
 """
 
 from __future__ import annotations
+
+import functools
+import threading
 
 from mesh.control import control_key
 from mesh.wire import DATA_KINDS, CellPayload, Diff, DiffKind, decode_signed
@@ -30,6 +34,8 @@ class SqliteDiffLog:
             if seq > self._max_seq.get(origin, 0):
                 self._max_seq[origin] = seq
         self._pending_cells: dict[str, Diff] = {}
+        self._rows: list[tuple[tuple, Diff]] = []  # put, not yet taken by a write job
+        self._rows_lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._held)
@@ -59,24 +65,38 @@ class SqliteDiffLog:
         row = (
             diff.origin, diff.seq, int(diff.kind), int(diff.kind in DATA_KINDS), cell_id, received_at,
             diff.signed, diff.signature, diff.hops, diff.ttl,
-        )
+        )  # fmt: skip
+        with self._rows_lock:
+            self._rows.append((row, diff))
+            first = len(self._rows) == 1
+        if first:  # otherwise the job already queued takes this row too
+            self.db.submit(self._write_rows())
+        return True
+
+    def _write_rows(self):
+        """One write job for every row put until it runs: a frame of 50 diffs is one job, not 50."""
+        taken: list[tuple[tuple, Diff]] | None = None
 
         def job(tx: Transaction) -> None:
-            tx.execute(
-                "INSERT OR IGNORE INTO mesh_log (origin, seq, kind, is_data, cell_id, received_at, signed, "
-                "signature, hops, ttl) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                row,
-            )
-            if isinstance(diff.payload, CellPayload):
-                tx.after_commit(lambda: self._pending_cells.pop(diff.payload.node_id, None))
-            elif diff.kind not in DATA_KINDS:  # one row per control key: every restart re-announces
+            nonlocal taken
+            if taken is None:  # a batch that fails is run again: it must write the same rows
+                with self._rows_lock:
+                    taken, self._rows = self._rows, []
+            for row, diff in taken:
                 tx.execute(
-                    "DELETE FROM mesh_log WHERE origin = ? AND cell_id = ? AND is_data = 0 AND seq < ?",
-                    (diff.origin, cell_id, diff.seq),
+                    "INSERT OR IGNORE INTO mesh_log (origin, seq, kind, is_data, cell_id, received_at, signed, "
+                    "signature, hops, ttl) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    row,
                 )
+                if isinstance(diff.payload, CellPayload):
+                    tx.after_commit(functools.partial(self._pending_cells.pop, diff.payload.node_id, None))
+                elif diff.kind not in DATA_KINDS:  # one row per control key: every restart re-announces
+                    tx.execute(
+                        "DELETE FROM mesh_log WHERE origin = ? AND cell_id = ? AND is_data = 0 AND seq < ?",
+                        (diff.origin, row[4], diff.seq),
+                    )
 
-        self.db.submit(job)
-        return True
+        return job
 
     def cell(self, cell_id: str) -> Diff | None:
         pending = self._pending_cells.get(cell_id)

@@ -935,21 +935,51 @@ class MemoryService:
         Cells from another embedding space are embedded again here from their content,
         so one index never mixes spaces.
         """
-        if cell.tenant_id != self.config.tenant_id:
-            log.warning("dropped a cell of another tenant (%s) from %s", cell.tenant_id, cell.origin_node)
-            return None
-        if self.db.query_one("SELECT 1 FROM cells WHERE node_id = ?", (cell.node_id,)):
-            return None
-        if re_embed:
-            vector = (await self._embed([cell.content]))[0]
-            cell = dataclasses.replace(cell, embedding=vector, embedding_space=self.embedder.space)
+        stored = await self.ingest_remote_many([cell], re_embed=[re_embed])
+        return stored[0] if stored else None
 
-        def job(tx: Transaction) -> str | None:
-            if tx.execute("SELECT 1 FROM cells WHERE node_id = ?", (cell.node_id,)).fetchone():
-                return None
-            return self._ingest(tx, cell)
+    async def ingest_remote_many(self, cells: list[v.Cell], *, re_embed: list[bool]) -> list[str]:
+        """Store the cells of one mesh batch as one write job; the ids that were new.
 
-        return await self.db.write(job)
+        One job, not one per cell: a batch of remote cells costs one future and one wake-up,
+        and the known-cell check runs inside the job (a cell is checked before it is embedded
+        again only when it needs that). If the job fails, each cell is tried alone, so one bad
+        cell cannot hold back the others.
+        """
+        fresh: list[v.Cell] = []
+        for cell, again in zip(cells, re_embed):
+            if cell.tenant_id != self.config.tenant_id:
+                log.warning("dropped a cell of another tenant (%s) from %s", cell.tenant_id, cell.origin_node)
+                continue
+            if again:
+                if self.db.query_one("SELECT 1 FROM cells WHERE node_id = ?", (cell.node_id,)):
+                    continue
+                vector = (await self._embed([cell.content]))[0]
+                cell = dataclasses.replace(cell, embedding=vector, embedding_space=self.embedder.space)
+            fresh.append(cell)
+
+        def ingest(batch: list[v.Cell]) -> Callable[[Transaction], list[str]]:
+            def job(tx: Transaction) -> list[str]:
+                return [
+                    self._ingest(tx, cell) for cell in batch
+                    if not tx.execute("SELECT 1 FROM cells WHERE node_id = ?", (cell.node_id,)).fetchone()
+                ]  # fmt: skip
+
+            return job
+
+        if len(fresh) <= 1:
+            return await self.db.write(ingest(fresh)) if fresh else []
+        try:
+            return await self.db.write(ingest(fresh))
+        except Exception:
+            log.exception("ingesting a batch of %d remote cells failed; trying them one by one", len(fresh))
+        stored: list[str] = []
+        for cell in fresh:
+            try:
+                stored.extend(await self.db.write(ingest([cell])))
+            except Exception:
+                log.exception("ingesting remote cell %s failed", cell.node_id)
+        return stored
 
     async def import_cells(self, cells: list[v.Cell]) -> int:
         """Store cells read from an export file (``node.transfer``) in one transaction, with

@@ -121,6 +121,7 @@ def test_a_cell_goes_only_to_interested_nodes_with_provenance():
     assert got.cell == stored and got.origin_node == mesh["alice"].node_id and got.hops == 1
     assert mesh["carol"].cells == {}
     assert mesh["alice"].engine.counters.data_diffs_sent == 1  # the oracle's count: one per interested node
+    assert mesh["alice"].engine.counters.data_diffs_resent == 0
 
 
 @pytest.mark.parametrize(
@@ -201,6 +202,23 @@ def test_under_backpressure_the_highest_energy_goes_first_and_the_lowest_is_drop
     mesh.net.heal()
     mesh.run(120_000)  # retransmission, then periodic repair recovers the dropped ones
     assert set(mesh["bob"].cells) == {c.node_id for c in cells}
+    assert engine.counters.repair_diffs_sent >= 3  # the three dropped ones came by repair
+
+
+def test_a_lost_batch_is_sent_again_and_counted_as_resent():
+    mesh = Mesh("alice", "bob")
+    topic = unit(8)
+    mesh.do("bob", BeaconPlaced(beacon(topic, threshold=0.5)))
+    mesh.settle()
+    mesh.net.links[("alice", "bob")] = LinkConditions(loss=1.0)
+    stored = cell(topic, at=mesh.net.now)
+    mesh.do("alice", CellStored(stored))
+    mesh.run(500)
+    del mesh.net.links[("alice", "bob")]
+    mesh.run(5000)  # the ack timeout passes: the batch goes again
+    counters = mesh["alice"].engine.counters
+    assert stored.node_id in mesh["bob"].cells
+    assert (counters.data_diffs_sent, counters.data_diffs_resent, counters.repair_diffs_sent) == (2, 1, 0)
 
 
 def test_the_liveness_table_is_total():

@@ -1,0 +1,101 @@
+"""Remote cells in, and the mesh's diff log: batches cost one write job, and lose nothing.
+
+A data batch from a peer reaches the node as a run of ``StoreRemoteCell`` effects
+(``MeshLink.apply_many``); its cells are stored as one job of the group committer. The
+diff log's rows put in a row share one job too. Both must stay exact: known cells are
+not stored twice, one bad cell does not hold back its batch, and a batch the writer runs
+again (another job of its commit failed) writes the same rows.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import trio
+
+from mesh import events as ev
+from mesh.identity import NodeIdentity
+from mesh.wire import CellPayload, PeerPayload, sign_diff
+from node.mesh_link import MeshLink
+from node.mesh_log import SqliteDiffLog
+
+TOPIC = "the postgres connection pool size"
+
+
+def remote_cell(service, origin: NodeIdentity, seq: int, text: str, **fields) -> ev.StoreRemoteCell:
+    payload = CellPayload(
+        str(uuid.uuid4()), service.config.tenant_id, "their-agent", text, "Decision", 0.9, 1_780_000_000_000 + seq,
+        embedding=service.embedder.embed([text])[0], embedding_space=service.embedder.space, **fields,
+    )  # fmt: skip
+    return ev.StoreRemoteCell(payload, origin.node_id, 1, b"\x01" * 64, seq)
+
+
+async def reader_and_link(service, make_agent) -> tuple:
+    """An agent with a beacon on TOPIC, the node's mesh link, and a remote origin."""
+    reader, _ = await make_agent()
+    with trio.fail_after(10):
+        await service.place_beacon(reader, query=TOPIC, threshold=0.5)
+    return reader, MeshLink(service, lambda event: None), NodeIdentity.generate()
+
+
+async def inbox_ids(service, principal) -> list[str]:
+    with trio.fail_after(10):
+        return [d["node_id"] for d in (await service.inbox(principal, limit=100))["diffs"]]
+
+
+async def test_a_batch_of_remote_cells_is_one_write_job_and_reaches_the_inbox(service, make_agent):
+    reader, link, origin = await reader_and_link(service, make_agent)
+    batch = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in range(1, 21)]
+
+    jobs = service.db.jobs
+    with trio.fail_after(10):
+        await link.apply_many(batch)
+    assert service.db.jobs - jobs == 1, "the batch's cells did not share one write job"
+    assert sorted(await inbox_ids(service, reader)) == sorted(e.cell.node_id for e in batch)
+    stored = service.cell_record(batch[0].cell.node_id)
+    assert (stored.origin_node, stored.hops, stored.signature) == (origin.node_id, 1, b"\x01" * 64)
+    assert link.status()["cells_received_from"] == {origin.node_id: 20}
+
+    # The same batch again (a retransmission that crossed its ack): nothing new, nothing counted.
+    with trio.fail_after(10):
+        await link.apply_many(batch)
+    assert len(await inbox_ids(service, reader)) == 20
+    assert link.status()["cells_received"] == 20
+
+
+async def test_one_bad_cell_does_not_hold_back_its_batch(service, make_agent):
+    reader, link, origin = await reader_and_link(service, make_agent)
+    good = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in range(1, 4)]
+    bad = remote_cell(service, origin, 4, f"{TOPIC} 4", metadata={"not json": {1, 2}})  # a set: json.dumps fails
+    with trio.fail_after(10):
+        await link.apply_many([good[0], bad, *good[1:]])
+    assert sorted(await inbox_ids(service, reader)) == sorted(e.cell.node_id for e in good)
+    assert link.status()["cells_received"] == 3
+    assert not service.db.query("SELECT 1 FROM cells WHERE node_id = ?", (bad.cell.node_id,))
+
+
+def test_log_rows_put_in_a_row_share_one_job_and_survive_a_rerun_of_their_commit(tmp_path):
+    from node.database import Database
+
+    db = Database(tmp_path / "hyphae.db")
+    try:
+        log = SqliteDiffLog(db)
+        me = NodeIdentity.generate()
+        # Hold the writer on a first job, so the log's job and a failing one land in one commit.
+        entered, release = threading.Event(), threading.Event()
+        db.submit(lambda tx: (entered.set(), release.wait(10)))
+        assert entered.wait(10)
+        jobs = db.jobs
+        for seq in range(1, 11):
+            log.put(sign_diff(PeerPayload(f"127.0.0.1:{seq}"), origin=me.node_id, seq=seq, ts=seq, sign=me.sign), seq)
+        failing = db.submit(lambda tx: 1 / 0)  # the commit runs again, each job on its own
+        release.set()
+        db.write_sync(lambda tx: None)  # everything before it is committed
+        assert isinstance(failing.exception(timeout=10), ZeroDivisionError)
+        assert db.jobs - jobs == 4, "ten puts were not one job (beside the blocker, the failing job and the barrier)"
+        reopened = SqliteDiffLog(db)
+        assert reopened.max_seq(me.node_id) == 10
+        assert [d.payload.address for d in reopened.control_diffs()] == ["127.0.0.1:10"]
+    finally:
+        db.close()
