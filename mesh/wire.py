@@ -566,7 +566,14 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     if len(raw_diffs) > limits.max_diffs:
         raise _fail(f"{len(raw_diffs)} diffs in one batch", Reason.TOO_MANY_DIFFS)
     keys: dict[str, tuple[bytes, bytes]] = {}
+    hexes = _ID_HEX
     for origin, entry in _map(raw_keys, "keys").items():
+        # Every frame carries its sender's key: check the usual well-formed entry inline.
+        if type(entry) is list and len(entry) == 2 and type(origin) is bytes and (text := hexes.get(origin)):
+            pk, proof = entry
+            if type(pk) is bytes and len(pk) == 32 and type(proof) is bytes and len(proof) == 32:
+                keys[text] = (pk, proof)
+                continue
         pk, proof = _list(entry, "key entry", 2)
         keys[id_hex(_bin(origin, "key origin"))] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
     diffs = tuple(decode_signed(*_list(d, "diff", 4), limits=limits) for d in raw_diffs)
