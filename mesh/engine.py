@@ -702,22 +702,26 @@ class MeshEngine:
         """Time out pings and suspicion; probe the few peers silent the longest (SWIM-like)."""
         cfg, now = self.config, self._now
         due: list[Peer] = []
-        for peer in self.peers.neighbours() if self.partial else list(self.peers):
+        # A full view visits only the peers with a ping out or under suspicion, then asks the
+        # table for the most silent (no scan of every member); a partial view's neighbours are few.
+        for peer in self.peers.neighbours() if self.partial else self.peers.watched():
             if peer.ping_nonce and now - peer.ping_sent_at >= cfg.ping_timeout_ms:
                 peer.ping_nonce = 0
                 self._liveness(peer, Liveness.FAILED)
             if peer.state is PeerState.SUSPECT and now - peer.changed_at >= cfg.suspect_timeout_ms:
                 self._liveness(peer, Liveness.EXPIRED)
-            if not peer.ping_nonce:
+            if self.partial and not peer.ping_nonce:
                 limit = cfg.dead_probe_interval_ms if peer.state is PeerState.DEAD else cfg.probe_interval_ms
-                if now - max(peer.heard_at, peer.ping_sent_at) >= limit:
+                if now - peer.last_contact >= limit:
                     due.append(peer)
         probes = 1 if self.partial else cfg.max_probes_per_round  # a bounded view: one probe a round (SWIM)
-        if len(due) > probes:
-            due = heapq.nsmallest(probes, due, key=lambda p: max(p.heard_at, p.ping_sent_at))
+        if not self.partial:
+            due = self.peers.most_silent(now, probes, cfg.probe_interval_ms, cfg.dead_probe_interval_ms)
+        elif len(due) > probes:
+            due = heapq.nsmallest(probes, due, key=lambda p: p.last_contact)
         for peer in due:
             self._ping_ids += 1
-            peer.ping_nonce, peer.ping_sent_at = self._ping_ids, now
+            self.peers.pinged(peer, self._ping_ids, now)
             self._send(peer.address, MsgType.PING, nonce=self._ping_ids)
 
     def _on_ping(self, env: Envelope, peer: Peer) -> None:

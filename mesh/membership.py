@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import heapq
 from collections.abc import Callable, Iterator
 
 from .identity import node_id_for
@@ -63,6 +64,13 @@ class Peer:
     ping_nonce: int = 0  # outstanding ping, 0 if none
     ping_sent_at: int = 0
     neighbour: bool = True  # in a partial view: gossiped with and pinged, not just sent data
+    rank: int = 0  # position in the table (iteration order), breaks ties between equally silent peers
+    silence_key: int = 0  # the key of its entry in the table's silence heap
+
+    @property
+    def last_contact(self) -> int:
+        """When we last heard from it or pinged it: probes go to the peers for which this is oldest."""
+        return max(self.heard_at, self.ping_sent_at)
 
 
 class PeerTable:
@@ -72,6 +80,13 @@ class PeerTable:
         self.self_id = self_id
         self._peers: dict[str, Peer] = {}
         self._by_address: dict[str, str] = {}
+        # Liveness without a scan of every peer per round (a full view knows every member):
+        # one live heap entry (key, rank, peer) per peer, its key ``peer.silence_key``. Contact
+        # times grow, so a key is at most the peer's real last contact and is corrected when
+        # it surfaces; should the clock step back, a fresh entry replaces it. Peers with a
+        # ping out or under suspicion are few: kept in ``_watched``.
+        self._silence: list[tuple[int, int, Peer]] = []
+        self._watched: dict[str, Peer] = {}
 
     def __len__(self) -> int:
         return len(self._peers)
@@ -90,8 +105,9 @@ class PeerTable:
         """Add or re-address a peer; returns (peer, is_new)."""
         peer = self._peers.get(node_id)
         if peer is None:
-            peer = Peer(node_id, address, changed_at=now, heard_at=now)
+            peer = Peer(node_id, address, changed_at=now, heard_at=now, rank=len(self._peers), silence_key=now)
             self._peers[node_id] = peer
+            heapq.heappush(self._silence, (now, peer.rank, peer))
             self._by_address[address] = node_id
             return peer, True
         if address and address != peer.address:
@@ -105,12 +121,58 @@ class PeerTable:
         if event is Liveness.HEARD:
             peer.heard_at = now
             peer.ping_nonce = 0
+            self._rekey(peer)
         new = LIVENESS[(peer.state, event)]
         if new is peer.state:
             return None
         peer.state = new
         peer.changed_at = now
+        if new is PeerState.SUSPECT:
+            self._watched[peer.node_id] = peer
         return new
+
+    def pinged(self, peer: Peer, nonce: int, now: int) -> None:
+        peer.ping_nonce, peer.ping_sent_at = nonce, now
+        self._watched[peer.node_id] = peer
+        self._rekey(peer)
+
+    def _rekey(self, peer: Peer) -> None:
+        last = peer.last_contact
+        if last < peer.silence_key:  # the clock stepped back: its entry would surface too late
+            peer.silence_key = last
+            heapq.heappush(self._silence, (last, peer.rank, peer))
+
+    def watched(self) -> list[Peer]:
+        """Peers with a ping outstanding or under suspicion, in table order."""
+        watched = self._watched
+        for node_id in [i for i, p in watched.items() if not p.ping_nonce and p.state is not PeerState.SUSPECT]:
+            del watched[node_id]
+        return sorted(watched.values(), key=lambda p: p.rank)
+
+    def most_silent(self, now: int, count: int, probe_interval: int, dead_probe_interval: int) -> list[Peer]:
+        """The peers due a probe (no ping out, silent for their state's interval), at most ``count``:
+        the ``count`` silent the longest (oldest first) when more are due, else all in table order."""
+        heap, found, aside = self._silence, [], {}
+        soonest = min(probe_interval, dead_probe_interval)
+        while heap and len(found) <= count:
+            key, rank, peer = heap[0]
+            if key != peer.silence_key or rank in aside:
+                heapq.heappop(heap)  # replaced by a fresher entry
+                continue
+            last = peer.last_contact
+            if last != key:
+                peer.silence_key = last
+                heapq.heapreplace(heap, (last, rank, peer))
+                continue
+            if now - last < soonest:
+                break  # every other peer was in touch more recently
+            aside[rank] = heapq.heappop(heap)
+            limit = dead_probe_interval if peer.state is PeerState.DEAD else probe_interval
+            if not peer.ping_nonce and now - last >= limit:
+                found.append(peer)
+        for entry in aside.values():
+            heapq.heappush(heap, entry)
+        return found[:count] if len(found) > count else sorted(found, key=lambda p: p.rank)
 
     def in_state(self, *states: PeerState) -> list[Peer]:
         return [p for p in self._peers.values() if p.state in states]

@@ -32,6 +32,7 @@ from .events import (
 from .identity import NodeIdentity, node_id_for
 from .memory import MemoryDiffLog
 from .team import FRAME_VERSION, Team
+from .wire import id_bytes, id_hex
 
 __all__ = ["LinkConditions", "VirtualNetwork", "Host", "PlainSealer", "fast_crypto", "make_engine"]
 
@@ -199,6 +200,9 @@ def _fast_verify(public_key: bytes, signature: bytes, message: bytes) -> bool:
     return hashlib.blake2b(message, key=public_key).digest() == signature
 
 
+_VERSION_BYTE = bytes([FRAME_VERSION])
+
+
 class PlainSealer:
     """Frame layout of :class:`mesh.team.FrameSealer`, with a checksum and no secrecy."""
 
@@ -207,7 +211,7 @@ class PlainSealer:
         self._rng = rng
 
     def seal(self, sender_id: str, plaintext: bytes) -> bytes:
-        header = bytes([FRAME_VERSION]) + bytes.fromhex(sender_id) + self._rng.randbytes(12)
+        header = _VERSION_BYTE + id_bytes(sender_id) + self._rng.randbytes(12)
         return header + plaintext + hashlib.blake2b(header + plaintext, key=self._tag, digest_size=16).digest()
 
     def open(self, frame: bytes) -> tuple[str, bytes, bytes]:
@@ -216,7 +220,7 @@ class PlainSealer:
         body, tag = frame[:-16], frame[-16:]
         if hashlib.blake2b(body, key=self._tag, digest_size=16).digest() != tag:
             raise SealError(Reason.DECRYPT_FAILED, "frame does not check out under the team key")
-        return body[1:17].hex(), body[17:29], body[29:]
+        return id_hex(body[1:17]), body[17:29], body[29:]
 
 
 def make_engine(

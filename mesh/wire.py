@@ -250,7 +250,8 @@ class Diff:
         return len(self.signed) + len(self.signature) + 12
 
     def routed(self, hops: int, ttl: int) -> "Diff":
-        return dataclasses.replace(self, hops=hops, ttl=ttl)
+        # The constructor, not dataclasses.replace: this runs once per diff per hop and per gossip reply.
+        return Diff(self.kind, self.origin, self.seq, self.ts, self.payload, self.signed, self.signature, hops, ttl)
 
 
 # -- canonical encoding ---------------------------------------------------------------
@@ -419,8 +420,23 @@ def _decode_body(kind: DiffKind, body: list, limits: WireLimits, signed_len: int
     return PeerPayload(_str(b[0], "address", t), _str(b[1], "tenant_id", t))
 
 
+# Control diffs (peer records, beacons, beacon removals) reach every member, so a node
+# hosting many engines (the simulator) or re-reading its log decodes the same signed bytes
+# over and over. Their payloads are immutable (strings, tuples, a read-only vector), so the
+# decoded header and payload are kept, keyed by the exact signed bytes and the limits.
+_SHAREABLE_KINDS = frozenset({3, 4, 6})  # BEACON, UNBEACON, PEER (scenes carry a mutable map)
+_DECODED: dict[tuple[bytes, WireLimits], tuple[DiffKind, str, int, int, Payload]] = {}
+_DECODED_MAX = 100_000
+
+
 def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: WireLimits = DEFAULT_LIMITS) -> Diff:
     """Decode a diff's signed bytes (not verifying the signature: the engine does)."""
+    known = _DECODED.get((signed, limits)) if type(signed) is bytes else None
+    if known is not None:
+        diff = Diff(*known, signed, _bin(signature, "signature", 64), _int(hops, "hops"), _int(ttl, "ttl"))
+        if diff.hops < 0 or diff.ttl < 0:
+            raise _fail("seq, hops and ttl must be positive")
+        return diff
     try:
         header = msgpack.unpackb(signed, raw=False, strict_map_key=True, max_bin_len=limits.max_frame_bytes)
         fmt, kind_code, origin, seq, ts, body = _list(header, "diff", 6)
@@ -441,6 +457,10 @@ def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: 
         raise WireError(Reason.MALFORMED, f"undecodable diff: {type(exc).__name__}") from None
     if diff.seq < 1 or diff.hops < 0 or diff.ttl < 0:
         raise _fail("seq, hops and ttl must be positive")
+    if kind in _SHAREABLE_KINDS and type(signed) is bytes:
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()
+        _DECODED[(signed, limits)] = (kind, diff.origin, diff.seq, diff.ts, payload)
     return diff
 
 
@@ -471,6 +491,28 @@ class Envelope:
     nonce: int = 0  # PING / PONG
 
 
+# A digest names every member (full view), in every gossip frame: its codec is a tight loop
+# over the memoised id conversions rather than a call per entry.
+
+
+def _encode_digest(digest: Mapping[str, int]) -> dict[bytes, int]:
+    raw = _ID_BYTES
+    return {raw.get(origin) or id_bytes(origin): version for origin, version in digest.items()}
+
+
+def _decode_digest(digest: dict) -> dict[str, int]:
+    hexes = _ID_HEX
+    out: dict[str, int] = {}
+    for raw, version in digest.items():
+        origin = hexes.get(raw) if type(raw) is bytes else None
+        if origin is None:
+            origin = id_hex(_bin(raw, "digest origin"))
+        if type(version) is not int or not (-(2**63) <= version < 2**64):
+            raise _fail("version: expected an integer")
+        out[origin] = version
+    return out
+
+
 def _extra(env: Envelope) -> list[Any]:
     t = env.type
     if t is MsgType.DATA:
@@ -478,7 +520,7 @@ def _extra(env: Envelope) -> list[Any]:
     if t is MsgType.ACK:
         return [list(env.acks)]
     if t is MsgType.GOSSIP:
-        digest = None if env.digest is None else {id_bytes(k): v for k, v in env.digest.items()}
+        digest = None if env.digest is None else _encode_digest(env.digest)
         return [digest, env.reply_wanted]
     if t is MsgType.REPAIR_REQUEST:
         return [env.request_id, env.since, env.limit, env.version, env.haves]
@@ -524,7 +566,14 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     if len(raw_diffs) > limits.max_diffs:
         raise _fail(f"{len(raw_diffs)} diffs in one batch", Reason.TOO_MANY_DIFFS)
     keys: dict[str, tuple[bytes, bytes]] = {}
+    hexes = _ID_HEX
     for origin, entry in _map(raw_keys, "keys").items():
+        # Every frame carries its sender's key: check the usual well-formed entry inline.
+        if type(entry) is list and len(entry) == 2 and type(origin) is bytes and (text := hexes.get(origin)):
+            pk, proof = entry
+            if type(pk) is bytes and len(pk) == 32 and type(proof) is bytes and len(proof) == 32:
+                keys[text] = (pk, proof)
+                continue
         pk, proof = _list(entry, "key entry", 2)
         keys[id_hex(_bin(origin, "key origin"))] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
     diffs = tuple(decode_signed(*_list(d, "diff", 4), limits=limits) for d in raw_diffs)
@@ -543,7 +592,7 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
             digest = _map(digest, "digest")
             if len(digest) > limits.max_digest_entries:
                 raise _fail("digest too large", Reason.OVERSIZED)
-            digest = {id_hex(_bin(k, "digest origin")): _int(v, "version") for k, v in digest.items()}
+            digest = _decode_digest(digest)
         fields["digest"], fields["reply_wanted"] = digest, _bool(reply_wanted)
     elif mtype is MsgType.REPAIR_REQUEST:
         r = _list(extra, "repair request", 5)

@@ -1,0 +1,64 @@
+"""CPU seconds of one simulation run (the Hyphae strategy by default), for A/B comparisons.
+
+Wall time on a shared machine says little; the process's CPU time does. Compare two code
+trees by running this once with each on the path, side by side::
+
+    PYTHONPATH=/path/to/base python benchmarks/sim_cpu.py --nodes 1000 --stores 300 --view partial
+    PYTHONPATH=/path/to/new  python benchmarks/sim_cpu.py --nodes 1000 --stores 300 --view partial
+
+It prints one JSON line: CPU s, peak RSS, the load average, and the headline metrics (which
+must be equal between the two trees: the summary is a function of the seed). ``--profile N``
+prints the N most expensive functions by CPU self time instead (cProfile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import resource
+import time
+
+from simulations.runner import RunConfig, run
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=1000)
+    p.add_argument("--stores", type=int, default=300)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--view", choices=("full", "partial"), default="full")
+    p.add_argument("--loss", type=float, default=0.0)
+    p.add_argument("--store-interval-ms", type=int, default=50)
+    p.add_argument("--warmup-max-ms", type=int, default=120_000)
+    p.add_argument("--strategy", default="hyphae")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="print the N top functions (cProfile)")
+    args = p.parse_args()
+    cfg = RunConfig(
+        nodes=args.nodes, stores=args.stores, seed=args.seed, view=args.view, loss=args.loss, dim=64,
+        beacons_per_node=1, strategies=tuple(args.strategy.split(",")), store_interval_ms=args.store_interval_ms,
+        warmup_max_ms=args.warmup_max_ms,
+    )  # fmt: skip
+    load = os.getloadavg()[0]
+    started = time.process_time()
+    if args.profile:
+        profile = cProfile.Profile(time.process_time)
+        result = profile.runcall(run, cfg)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
+    else:
+        result = run(cfg)
+    cpu = time.process_time() - started
+    headline = {
+        name: {k: s[k] for k in ("delivery_ratio", "precision", "messages_per_store")}
+        for name, s in result.summary["strategies"].items()
+    }  # fmt: skip
+    print(json.dumps({
+        "config": vars(args), "cpu_s": round(cpu, 1), "load_at_start": load, "load_at_end": os.getloadavg()[0],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "summary": headline,
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

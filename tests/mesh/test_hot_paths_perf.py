@@ -1,0 +1,141 @@
+"""The engine's hot-path shortcuts give exactly the answers of the plain code they replace.
+
+Speed is measured elsewhere (``benchmarks/results/simulation.md``); these tests pin the
+*behaviour*: the liveness heap picks the same peers, in the same order, as a scan of every
+peer would; the control-diff decode cache and the digest codec accept and reject exactly
+what the strict decoder does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mesh.errors import WireError
+from mesh.identity import NodeIdentity
+from mesh.membership import Liveness, PeerState, PeerTable
+from mesh.wire import (
+    BeaconPayload, Envelope, MsgType, PeerPayload, decode_envelope, decode_signed, encode_envelope, sign_diff,
+)  # fmt: skip
+
+PROBE, DEAD_PROBE, COUNT = 2000, 10_000, 3
+
+
+def scan_for_due(table: PeerTable, now: int, count: int) -> list:
+    """The selection as the engine made it before the heap: every peer, in table order."""
+    due = []
+    for peer in table:
+        limit = DEAD_PROBE if peer.state is PeerState.DEAD else PROBE
+        if not peer.ping_nonce and now - max(peer.heard_at, peer.ping_sent_at) >= limit:
+            due.append(peer)
+    if len(due) > count:
+        due = heapq.nsmallest(count, due, key=lambda p: max(p.heard_at, p.ping_sent_at))
+    return [p.node_id for p in due]
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), peers=st.integers(0, 40), steps=st.integers(1, 120))
+def test_the_most_silent_peers_are_the_ones_a_full_scan_picks(seed, peers, steps):
+    rng = random.Random(seed)
+    table = PeerTable("me")
+    now = 1_000
+    for i in range(peers):
+        table.learn(f"p{i}", f"a{i}", now + rng.randrange(0, 3000))
+    nonce = 0
+    for _ in range(steps):
+        now += rng.choice((0, 1, 250, 1000, 1000, 3000))
+        action = rng.random()
+        members = list(table)
+        if action < 0.05:
+            table.learn(f"p{len(table)}", f"a{len(table)}", now)
+        elif members and action < 0.45:
+            table.apply(rng.choice(members), rng.choice(list(Liveness)), now)
+        elif members and action < 0.55:
+            rng.choice(members).ping_nonce = 0  # a ping timed out
+        else:
+            expected = scan_for_due(table, now, COUNT)
+            chosen = table.most_silent(now, COUNT, PROBE, DEAD_PROBE)
+            assert [p.node_id for p in chosen] == expected
+            for peer in chosen:
+                nonce += 1
+                table.pinged(peer, nonce, now)
+        watched = {p.node_id for p in table.watched()}
+        assert watched == {p.node_id for p in table if p.ping_nonce or p.state is PeerState.SUSPECT}
+
+
+def test_watched_peers_come_in_table_order():
+    table = PeerTable("me")
+    peers = [table.learn(f"p{i}", f"a{i}", 0)[0] for i in range(5)]
+    table.pinged(peers[3], 1, 10)
+    table.apply(peers[1], Liveness.FAILED, 10)
+    table.pinged(peers[0], 2, 10)
+    assert [p.node_id for p in table.watched()] == ["p0", "p1", "p3"]
+    table.apply(peers[0], Liveness.HEARD, 20)  # the answer clears the ping
+    table.apply(peers[1], Liveness.HEARD, 20)
+    assert [p.node_id for p in table.watched()] == ["p3"]
+
+
+ME = NodeIdentity.generate()
+VEC = np.linspace(-1, 1, 8, dtype=np.float32)
+
+
+def beacon_diff(**routing):
+    payload = BeaconPayload("b1", "t", "a", "which db", 0.4, ("Decision",), "p", 0.2, 99, VEC, "space", ("p",))
+    return sign_diff(payload, origin=ME.node_id, seq=7, ts=1000, sign=ME.sign, **routing)
+
+
+def test_a_cached_control_diff_decodes_like_a_fresh_one():
+    diff = beacon_diff(hops=2, ttl=0)
+    first = decode_signed(diff.signed, diff.signature, 2, 0)
+    again = decode_signed(bytes(diff.signed), diff.signature, 3, 1)  # equal bytes, another object
+    assert (again.kind, again.origin, again.seq, again.ts) == (first.kind, first.origin, first.seq, first.ts)
+    assert again.payload == first.payload == diff.payload
+    assert (again.hops, again.ttl) == (3, 1)
+    assert not again.payload.embedding.flags.writeable  # shared between engines: must stay read-only
+
+
+@pytest.mark.parametrize("signature, hops, ttl", [(b"short", 0, 0), (bytes(64), -1, 0), (bytes(64), 0, "x")])
+def test_a_cached_control_diff_still_checks_its_unsigned_fields(signature, hops, ttl):
+    diff = beacon_diff()
+    decode_signed(diff.signed, diff.signature, 0, 0)  # now cached
+    with pytest.raises(WireError):
+        decode_signed(diff.signed, signature, hops, ttl)
+
+
+def test_a_peer_diff_is_cached_too_but_not_across_limits():
+    from mesh.wire import WireLimits
+
+    diff = sign_diff(PeerPayload("n" * 40), origin=ME.node_id, seq=1, ts=5, sign=ME.sign)
+    assert decode_signed(diff.signed, diff.signature, 0, 0).payload == PeerPayload("n" * 40)
+    with pytest.raises(WireError):  # the cache answers for the limits it was decoded under only
+        decode_signed(diff.signed, diff.signature, 0, 0, WireLimits(max_text_chars=10))
+
+
+def gossip_frame(digest) -> bytes:
+    env = Envelope(MsgType.GOSSIP, 1000, "n1", {ME.node_id: (ME.public_key, bytes(32))}, digest={}, reply_wanted=True)
+    top = msgpack.unpackb(encode_envelope(env), raw=False, strict_map_key=False)
+    top[6][0] = digest
+    return msgpack.packb(top, use_bin_type=True)
+
+
+def test_the_digest_round_trips():
+    ids = [NodeIdentity.generate().node_id for _ in range(50)]
+    digest = {node_id: i * 3 for i, node_id in enumerate(ids)}
+    env = Envelope(MsgType.GOSSIP, 1000, "n1", {ME.node_id: (ME.public_key, bytes(32))}, digest=digest)
+    assert decode_envelope(encode_envelope(env)).digest == digest
+
+
+@pytest.mark.parametrize(
+    "digest",
+    [{b"short": 1}, {"text-key": 1}, {7: 1}, {bytes(16): "1"}, {bytes(16): 1.5}, {bytes(16): True}, {bytes(16): None}],
+)
+def test_a_bad_digest_entry_is_malformed(digest):
+    assert decode_envelope(gossip_frame({bytes.fromhex(ME.node_id): 1})).digest == {ME.node_id: 1}
+    with pytest.raises(WireError):
+        decode_envelope(gossip_frame(digest))
