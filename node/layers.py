@@ -142,7 +142,9 @@ class _Fresh:
         self._start += count
         self._count -= count
         if not self._count:
-            self._reset()  # also hands a burst's large arrays back
+            if len(self._rowids) > self._INITIAL:
+                self._reset()  # hand a burst's large arrays back
+            self._start = 0
 
     def discard(self, rowid: int) -> None:
         """Forget a row's vector before it ever reaches HNSW (its seq stays, for the watermark)."""
