@@ -67,8 +67,10 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-async def fill(service, principal, texts: list[str], concurrency: int) -> float:
+async def fill(service, principal, texts: list[str], concurrency: int) -> tuple[float, float]:
+    """Store every text from `concurrency` tasks; returns (wall seconds, process CPU seconds)."""
     queue = iter(texts)
+    cpu_started = time.process_time()
     started = time.perf_counter()
 
     async def worker():
@@ -78,7 +80,7 @@ async def fill(service, principal, texts: list[str], concurrency: int) -> float:
     async with trio.open_nursery() as nursery:
         for _ in range(concurrency):
             nursery.start_soon(worker)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu_started
 
 
 async def bench_size(n: int, args, rng) -> dict:
@@ -94,8 +96,11 @@ async def bench_size(n: int, args, rng) -> dict:
         rss_before = rss_mb()
         async with open_node(home, embedder=embedder) as service:
             principal, _ = await service.add_agent("bench")
-            elapsed = await fill(service, principal, texts, args.concurrency)
+            result["load_avg"] = round(os.getloadavg()[0], 2)
+            elapsed, cpu = await fill(service, principal, texts, args.concurrency)
             result["store_cells_per_s"] = round(n / elapsed)
+            # every thread of the process (trio loop, writer, indexer), per store
+            result["cpu_us_per_store"] = round(cpu / n * 1e6)
             result["write_batches"] = service.db.batches
             t0 = time.perf_counter()
             await trio.to_thread.run_sync(service.layers.flush)
@@ -149,7 +154,7 @@ async def bench_with_model(n: int) -> dict:
         async with open_node(home, embedder=embedder) as service:
             principal, _ = await service.add_agent("bench")
             texts = [f"Decision {i}: we keep service {i % 37} behind the gateway with retry budget {i}" for i in range(n)]
-            elapsed = await fill(service, principal, texts, 8)
+            elapsed, _ = await fill(service, principal, texts, 8)
         return {"cells": n, "store_cells_per_s_with_embedding": round(n / elapsed, 1)}
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -171,7 +176,10 @@ async def main() -> None:
     rows = [await bench_size(int(s), args, rng) for s in args.sizes.split(",")]
     with_model = await bench_with_model(args.model_cells) if args.model_cells else None
     print(f"machine: {machine()}")
-    print(f"command: python benchmarks/store_bench.py --sizes {args.sizes} --concurrency {args.concurrency} --seed {args.seed}")
+    print(
+        f"command: python benchmarks/store_bench.py --sizes {args.sizes} --concurrency {args.concurrency} "
+        f"--model-cells {args.model_cells} --seed {args.seed}"
+    )
     keys = [k for k in rows[0] if k != "cold_start_report"]
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))

@@ -55,12 +55,31 @@ class Transaction:
 
 
 class _Job:
-    __slots__ = ("fn", "future", "waker")
+    """One write and its outcome. An async caller is woken through its waker and reads
+    ``ok``/``value``; only threads that block on a write get a Future (a Condition and
+    two locks apiece: too dear to build for every store)."""
+
+    __slots__ = ("fn", "future", "waker", "ok", "value")
 
     def __init__(self, fn: Callable[[Transaction], Any], waker: Waker | None = None) -> None:
         self.fn = fn
-        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.future: concurrent.futures.Future[Any] | None = None if waker else concurrent.futures.Future()
         self.waker = waker  # (trio token, event) of an async caller, woken once per batch
+        self.ok = False
+        self.value: Any = None
+
+    def settle(self, ok: bool, value: Any) -> None:
+        self.ok, self.value = ok, value
+        if self.future is not None:
+            if ok:
+                self.future.set_result(value)
+            else:
+                self.future.set_exception(value)
+
+    def outcome(self) -> Any:
+        if self.ok:
+            return self.value
+        raise self.value
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -119,13 +138,17 @@ class Database:
 
     # -- writes ------------------------------------------------------------------
 
-    def submit(self, fn: Callable[[Transaction], T], *, _waker: Any = None) -> concurrent.futures.Future[T]:
+    def submit(self, fn: Callable[[Transaction], T]) -> concurrent.futures.Future[T]:
         """Queue a write job; the future resolves once its batch is durable."""
+        job = self._enqueue(_Job(fn))
+        assert job.future is not None
+        return job.future
+
+    def _enqueue(self, job: _Job) -> _Job:
         if self._closed:
             raise Unavailable("the database is closed")
-        job = _Job(fn, _waker)
         self._queue.put(job)
-        return job.future
+        return job
 
     def write_sync(self, fn: Callable[[Transaction], T]) -> T:
         return self.submit(fn).result()
@@ -133,9 +156,9 @@ class Database:
     async def write(self, fn: Callable[[Transaction], T]) -> T:
         """Run a write job and wait for it to be durable, without holding a worker thread."""
         waker = current_waker()
-        future = self.submit(fn, _waker=waker)
+        job = self._enqueue(_Job(fn, waker))
         await waker[1].wait()
-        return future.result()
+        return job.outcome()
 
     def close(self) -> None:
         if self._closed:
@@ -224,7 +247,7 @@ class Database:
             log.error("write batch of %d failed: %s", len(batch), exc)
             error = _commit_error(exc, self.path)
             for job in batch:
-                job.future.set_exception(error)
+                job.settle(False, error)
             wake_all(job.waker for job in batch)
             return
         self.batches += 1
@@ -235,10 +258,7 @@ class Database:
             except Exception:  # an in-memory structure failed; the data is safe on disk
                 log.exception("after-commit action failed")
         for job, ok, value in outcomes:
-            if ok:
-                job.future.set_result(value)
-            else:
-                job.future.set_exception(value)
+            job.settle(ok, value)
         wake_all(job.waker for job in batch)
 
 

@@ -86,47 +86,86 @@ class RebuildProgress:
 
 
 class _Fresh:
-    """Committed rows of one layer that HNSW does not hold yet, oldest first."""
+    """Committed rows of one layer that HNSW does not hold yet, oldest first.
+
+    Rows live in preallocated arrays (a window ``[_start, _start + len)`` that grows by
+    doubling and is compacted when the front was consumed), so a store appends one row
+    and a search scans a view: nothing is re-stacked per search, which matters when the
+    buffer holds tens of thousands of rows during a burst.
+    """
+
+    _INITIAL = 1024
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
-        self.seqs: list[int] = []
-        self.rowids: list[int] = []
-        self.vectors: list[np.ndarray] = []
-        self._matrix: np.ndarray | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._matrix = np.empty((self._INITIAL, self.dim), dtype=np.float32)
+        self._rowids = np.empty(self._INITIAL, dtype=np.int64)
+        self._seqs = np.empty(self._INITIAL, dtype=np.int64)
+        self._start = self._count = 0
 
     def __len__(self) -> int:
-        return len(self.rowids)
+        return self._count
 
     def append(self, seq: int, rowid: int, vector: np.ndarray) -> None:
-        self.seqs.append(seq)
-        self.rowids.append(rowid)
-        self.vectors.append(vector)
-        self._matrix = None
+        end = self._start + self._count
+        if end == len(self._rowids):
+            self._make_room()
+            end = self._count
+        self._matrix[end] = vector
+        self._rowids[end] = rowid
+        self._seqs[end] = seq
+        self._count += 1
+
+    def _make_room(self) -> None:
+        live = slice(self._start, self._start + self._count)
+        capacity = len(self._rowids)
+        if self._count > capacity // 2:
+            capacity *= 2
+        matrix, rowids, seqs = self._matrix[live].copy(), self._rowids[live].copy(), self._seqs[live].copy()
+        if capacity != len(self._rowids):
+            self._matrix = np.empty((capacity, self.dim), dtype=np.float32)
+            self._rowids = np.empty(capacity, dtype=np.int64)
+            self._seqs = np.empty(capacity, dtype=np.int64)
+        self._matrix[: self._count], self._rowids[: self._count], self._seqs[: self._count] = matrix, rowids, seqs
+        self._start = 0
+
+    def front(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Copies of the oldest ``count`` rows: (seqs, rowids, vectors)."""
+        rows = slice(self._start, self._start + min(count, self._count))
+        return self._seqs[rows].copy(), self._rowids[rows].copy(), self._matrix[rows].copy()
 
     def drop_front(self, count: int) -> None:
-        del self.seqs[:count], self.rowids[:count], self.vectors[:count]
-        self._matrix = None
+        count = min(count, self._count)
+        self._start += count
+        self._count -= count
+        if not self._count:
+            if len(self._rowids) > self._INITIAL:
+                self._reset()  # hand a burst's large arrays back
+            self._start = 0
 
     def discard(self, rowid: int) -> None:
         """Forget a row's vector before it ever reaches HNSW (its seq stays, for the watermark)."""
-        for i, candidate in enumerate(self.rowids):
-            if candidate == rowid:
-                self.vectors[i] = np.zeros(self.dim, dtype=np.float32)
-                self.rowids[i] = -1
-                self._matrix = None
+        rows = slice(self._start, self._start + self._count)
+        for i in np.flatnonzero(self._rowids[rows] == rowid):
+            self._matrix[self._start + i] = 0.0
+            self._rowids[self._start + i] = -1
 
     def search(self, vector: np.ndarray, k: int, allowed) -> list[tuple[int, float]]:
-        if not self.rowids:
+        if not self._count:
             return []
-        if self._matrix is None:
-            self._matrix = np.stack(self.vectors)
-        labels = np.asarray(self.rowids, dtype=np.int64)
-        distances = 1.0 - self._matrix @ vector
+        rows = slice(self._start, self._start + self._count)
+        labels = self._rowids[rows]
+        distances = 1.0 - self._matrix[rows] @ vector
         keep = labels >= 0
         if allowed is not None:
             keep &= allowed(np.where(keep, labels, 0))
         labels, distances = labels[keep], distances[keep]
+        if len(distances) > k:
+            nearest = np.argpartition(distances, k)[:k]
+            labels, distances = labels[nearest], distances[nearest]
         order = np.argsort(distances, kind="stable")[:k]
         return [(int(labels[i]), float(distances[i])) for i in order]
 
@@ -297,9 +336,7 @@ class LayerSet:
                 count = min(len(fresh), _INDEX_BATCH)
                 if not count:
                     continue
-                seqs, rowids = fresh.seqs[:count], fresh.rowids[:count]
-                vectors = np.stack(fresh.vectors[:count])
-            labels = np.asarray(rowids, dtype=np.int64)
+                seqs, labels, vectors = fresh.front(count)
             live = (labels >= 0) & self.catalog.alive(np.maximum(labels, 0))
             labels, vectors = labels[live], vectors[live]
             index = self.indexes[layer]
@@ -309,9 +346,9 @@ class LayerSet:
                 # One core for HNSW while the buffer is shallow leaves the other to the store path
                 # (trio loop + writer); both once it fills, since a full buffer holds writers back.
                 threads = 1 if len(fresh) < _FRESH_LIMIT // 2 else os.cpu_count() or 1
-                index.add(labels, vectors, covered_seq=max(seqs), chunk_rows=_ONLINE_CHUNK, threads=threads)
+                index.add(labels, vectors, covered_seq=int(seqs.max()), chunk_rows=_ONLINE_CHUNK, threads=threads)
             else:
-                index.covered_seq = max(index.covered_seq, max(seqs))
+                index.covered_seq = max(index.covered_seq, int(seqs.max()))
             with self._cond:
                 fresh.drop_front(count)
                 self._cond.notify_all()
