@@ -21,8 +21,8 @@ never touches a socket. Five parts, one module each:
   routes with :class:`FullView`. ``view="partial"`` (large meshes) gossips with at most
   ``max_neighbours`` neighbours, replicates control diffs only ``interest_radius`` hops
   (:mod:`mesh.control`), pushes data straight to the beacon owners it knows (contacts
-  from ``peer`` diffs within the radius) and lets recipients relay within the hop
-  budget (:class:`PartialView`).
+  from ``peer`` diffs within the radius); recipients relay to the interests they know,
+  and only a walk toward unseen interest spends the hop budget (:class:`PartialView`).
 * **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
   replay and clock skew; every diff for membership, signature and duplication. Each
   rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
