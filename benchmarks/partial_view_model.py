@@ -19,6 +19,9 @@ Rules, where a node holding the cell first receives it:
 * ``community``: as current, but relay through every node whose beacon matches the cell's vector,
   its type/salience filters aside (more relays, lower precision).
 
+``--semantic S`` gives each node up to S neighbours chosen by beacon similarity (an ideal
+outcome of T-Man-like neighbour selection, which the engine does not have).
+
 Messages count every push, duplicates included, as the harness does.
 """
 
@@ -40,13 +43,31 @@ from simulations.workload import Workload, WorkloadSpec  # noqa: E402
 RULES = ("old", "current", "leafwalk", "community")
 
 
-def overlay(n: int, rng: random.Random, seeds: int = 3, cap: int = 8) -> list[list[int]]:
+def overlay(
+    n: int, rng: random.Random, vectors: np.ndarray, semantic: int = 0, seeds: int = 3, cap: int = 8
+) -> list[list[int]]:
+    """Random seeds as the harness draws them; then, with ``semantic``, up to that many links per
+    node to the nodes with the most similar beacon while both have room (an ideal T-Man/Vicinity
+    outcome: the engine has no such neighbour selection)."""
     adj: list[set[int]] = [set() for _ in range(n)]
     for i in range(n):
         for j in rng.sample(range(n), seeds):
             if j != i and len(adj[j]) < cap:
                 adj[i].add(j)
                 adj[j].add(i)
+    for start in range(0, n if semantic else 0, 1000):
+        sims = vectors[start : start + 1000] @ vectors.T
+        for k, row in enumerate(sims):
+            i, added = start + k, 0
+            row[i] = -np.inf
+            for j in np.argsort(-row)[:40].tolist():
+                if added >= semantic:
+                    break
+                if j not in adj[i] and (len(adj[i]) >= cap or len(adj[j]) >= cap):
+                    continue
+                adj[i].add(j)
+                adj[j].add(i)
+                added += 1
     return [sorted(a) for a in adj]
 
 
@@ -64,13 +85,14 @@ def main() -> None:
     p.add_argument("--stores", type=int, default=1000)
     p.add_argument("--radius", type=int, default=2)
     p.add_argument("--rule", choices=RULES, default="current")
+    p.add_argument("--semantic", type=int, default=0, help="neighbour links chosen by beacon similarity")
     args = p.parse_args()
     energy = EnergyModel()
     w = Workload(WorkloadSpec(nodes=args.nodes, stores=args.stores, dim=64, beacons_per_node=1), 1, energy)
     rng = random.Random(1)
-    adj = overlay(args.nodes, rng)
-    known = [ball(adj, v, args.radius) for v in range(args.nodes)]
     vectors = np.stack([b.payload.embedding for b in w.beacons])
+    adj = overlay(args.nodes, rng, vectors, args.semantic)
+    known = [ball(adj, v, args.radius) for v in range(args.nodes)]
     thresholds = np.array([b.payload.threshold for b in w.beacons])
     interested = reached = messages = cells = 0
     by_budget: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
@@ -112,7 +134,7 @@ def main() -> None:
         by_budget[budget][1] += hit
     budgets = ", ".join(f"{b}: {v[1] / v[0]:.3f}" for b, v in sorted(by_budget.items()))
     print(
-        f"N={args.nodes} rule={args.rule} radius={args.radius} delivery={reached / interested:.3f} "
+        f"N={args.nodes} rule={args.rule} radius={args.radius} semantic={args.semantic} delivery={reached / interested:.3f} "
         f"messages/store={messages / cells:.1f} interested/store={interested / cells:.1f} by budget {{{budgets}}}"
     )
 
