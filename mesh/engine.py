@@ -24,8 +24,8 @@ never touches a socket. Five parts, one module each:
   routes with :class:`FullView`. ``view="partial"`` (large meshes) gossips with at most
   ``max_neighbours`` neighbours, replicates control diffs only ``interest_radius`` hops
   (:mod:`mesh.control`), pushes data straight to the beacon owners it knows (contacts
-  from ``peer`` diffs within the radius) and lets recipients relay within the hop
-  budget (:class:`PartialView`).
+  from ``peer`` diffs within the radius); recipients relay to the interests they know,
+  and only a walk toward unseen interest spends the hop budget (:class:`PartialView`).
 * **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
   replay and clock skew; every diff for membership, signature and duplication. Each
   rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
@@ -581,12 +581,12 @@ class MeshEngine:
             self._out.append(ApplyTombstone(p.cell_id, p.tenant_id, diff.origin, p.forgotten_at))
             ref = self.store.cell(p.cell_id)
             cell = ref.payload if ref is not None and isinstance(ref.payload, CellPayload) else None
-        if relay and diff.ttl > 0 and cell is not None:
+        if relay and cell is not None:  # the router decides what a ttl of 0 still allows
             targets = self.router.relay_targets(diff, cell, sender.node_id, self._now)
             if targets:
                 e0 = self.energy.initial(cell.salience, cell.cell_type)
-                onward = diff.routed(hops=diff.hops + 1, ttl=diff.ttl - 1)
-                for peer_id in targets - {diff.origin, sender.node_id, self.node_id}:
+                for peer_id in sorted(targets - {diff.origin, sender.node_id, self.node_id}):
+                    onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id))
                     self._enqueue(peer_id, onward, e0)
 
     # -- receiving: the control plane --------------------------------------------------

@@ -12,11 +12,13 @@ Routing policies decide where a diff goes:
   the owners of matching beacons; nobody relays.
 * :class:`PartialView` (large meshes): a node knows the beacons of the nodes within its
   interest radius only (the control plane replicates that far). The origin pushes to
-  the owners of the matching beacons it knows; every node that accepts the cell does
-  the same with *its* known beacons while the hop budget (``ttl``) lasts, so the cell
-  travels from interest to interest. Where a node knows no matching beacon and wanted
-  the cell no more than its origin did, it hands the cell to one neighbour (a walk
-  toward interest it cannot see), also within the budget.
+  the owners of the matching beacons it knows; every node that receives the cell does
+  the same with *its* known beacons, so the cell travels from interest to interest.
+  Those pushes follow known interest and spend none of the hop budget (``ttl``): they
+  end by themselves, since each goes to a node that wants the cell and a node relays a
+  cell once, on first receipt. Where a node knows no matching beacon and wanted the
+  cell no more than its origin did, it hands the cell to one neighbour (a walk toward
+  interest it cannot see); only these hops spend the budget.
 """
 
 from __future__ import annotations
@@ -224,6 +226,10 @@ class RoutingPolicy(Protocol):
 
     def relay_targets(self, diff: Diff, cell: CellPayload | None, sender: str, now: int) -> set[str]: ...
 
+    def onward_ttl(self, diff: Diff, target: str) -> int:
+        """The ``ttl`` of the relayed copy to ``target``, one of the last relay targets."""
+        ...
+
 
 class FullView:
     """Every member knows every beacon: push straight to the owners, never relay."""
@@ -239,6 +245,9 @@ class FullView:
 
     def relay_targets(self, diff: Diff, cell: CellPayload | None, sender: str, now: int) -> set[str]:
         return set()
+
+    def onward_ttl(self, diff: Diff, target: str) -> int:
+        return diff.ttl - 1
 
 
 class PartialView:
@@ -259,21 +268,33 @@ class PartialView:
         self.choose = choose
         self.mine = mine if mine is not None else BeaconIndex()
 
-    def _targets(self, cell: CellPayload, now: int, exclude: set[str], onward_ttl: int, relay: bool) -> set[str]:
+        self.walked: frozenset[str] = frozenset()  # the walk hop among the last targets returned
+
+    def _targets(self, cell: CellPayload, now: int, exclude: set[str], budget: int, relay: bool) -> set[str]:
+        self.walked = frozenset()
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         owners = {e.owner for e in self.index.match(cell, e0, now, self.energy)} - exclude
-        if owners or onward_ttl <= 0 or (relay and self.mine.match(cell, e0, now, self.energy)):
+        if owners or budget <= 0 or (relay and self.mine.match(cell, e0, now, self.energy)):
             return owners
         # No interest in sight: a neighbour we hand it to sees another radius (its own
         # neighbours' interests we already know, so only worth it if it may relay on).
         candidates = sorted(set(self.neighbours()) - exclude)
-        return {self.choose(candidates)} if candidates else set()
+        if not candidates:
+            return set()
+        self.walked = frozenset({self.choose(candidates)})
+        return set(self.walked)
 
     def origin_targets(self, diff: Diff, cell: CellPayload, now: int) -> set[str]:
         """``diff`` as it goes out: its ``ttl`` is what the first receiver may still spend."""
-        return self._targets(cell, now, {self.self_id}, diff.ttl, relay=False)
+        return self._targets(cell, now, {self.self_id}, diff.ttl + 1, relay=False)
 
     def relay_targets(self, diff: Diff, cell: CellPayload | None, sender: str, now: int) -> set[str]:
-        if cell is None or diff.ttl <= 0:
+        """Known interest at any ``ttl``; a walk hop only while ``ttl`` lasts (see :meth:`onward_ttl`)."""
+        if cell is None:
             return set()
-        return self._targets(cell, now, {self.self_id, sender, diff.origin}, diff.ttl - 1, relay=True)
+        return self._targets(cell, now, {self.self_id, sender, diff.origin}, diff.ttl, relay=True)
+
+    def onward_ttl(self, diff: Diff, target: str) -> int:
+        """The ``ttl`` a copy of ``diff`` carries to ``target`` from the last targets returned:
+        a walk hop spends one, a push to a known interest none."""
+        return diff.ttl - 1 if target in self.walked else diff.ttl

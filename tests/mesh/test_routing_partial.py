@@ -100,9 +100,13 @@ def test_a_known_interest_is_pushed_to_directly_past_the_neighbours():
     assert net.hosts["a"].engine.counters.data_diffs_sent == 1
 
 
-@pytest.mark.parametrize("salience, reached", [(1.0, {"b", "c", "d", "e"}), (0.5, {"b", "c"}), (0.3, {"b"})])
-def test_the_hop_budget_stops_propagation(salience, reached):
-    """E0 = salience (Decision): budget round(6 × E0) hops: 6, 3 and 2; a hop past the last is never sent."""
+@pytest.mark.parametrize(
+    "salience, reached",
+    [(1.0, {"b", "c", "d", "e"}), (0.5, {"b", "c", "d", "e"}), (0.3, {"b", "c"}), (0.2, {"b"})],
+)
+def test_the_hop_budget_stops_the_walk(salience, reached):
+    """E0 = salience (Decision): budget round(6 × E0) hops: 6, 3, 2 and 1, spent by the walk only.
+    With 3, a → b → c → d are walk hops and d → e a push to the beacon d knows (free)."""
     net = line(1)
     topic = unit(9)
     net.inject("e", BeaconPlaced(beacon(topic)))

@@ -1,0 +1,56 @@
+"""Partial view: pushes along known interest spend no hop budget; only the walk does.
+
+Hand-drawn lines (``a - b - c - d - e``, each node told about the one before it) with an
+interest radius of 1, so each node knows the beacons of its line neighbours only.
+"""
+
+from __future__ import annotations
+
+from mesh.events import BeaconPlaced, CellStored
+
+from .test_engine import beacon, cell, near, unit
+from .test_routing_partial import LINE, line
+
+
+def sent(net) -> int:
+    return sum(net.hosts[n].engine.counters.data_diffs_sent for n in LINE)
+
+
+def test_a_low_energy_cell_follows_known_interest_to_the_end_of_the_line():
+    net = line(1)
+    topic = unit(11)
+    for name in LINE[1:]:
+        net.inject(name, BeaconPlaced(beacon(topic, agent=f"agent-{name}")))
+    net.run_for(20_000)
+    stored = cell(near(topic, 0.95), salience=0.2, at=net.now)  # budget round(6 × 0.2) = 1 hop
+    net.inject("a", CellStored(stored))
+    net.run_for(5_000)
+    # each node knows the next one's beacon: a push each, none of them spends the budget
+    assert {n: net.hosts[n].cells[stored.node_id].hops for n in LINE[1:]} == {"b": 1, "c": 2, "d": 3, "e": 4}
+    assert sent(net) == 4
+
+
+def test_a_walk_hands_over_to_known_interest_with_its_budget_spent():
+    net = line(1)
+    topic = unit(12)
+    for name in ("d", "e"):
+        net.inject(name, BeaconPlaced(beacon(topic, agent=f"agent-{name}")))
+    net.run_for(20_000)
+    stored = cell(near(topic, 0.95), salience=0.3, at=net.now)  # budget 2: a → b → c walks, c knows d
+    net.inject("a", CellStored(stored))
+    net.run_for(5_000)
+    got = {n: net.hosts[n].cells[stored.node_id].hops for n in LINE if stored.node_id in net.hosts[n].cells}
+    assert got == {"b": 1, "c": 2, "d": 3, "e": 4}
+    assert sent(net) == 4
+
+
+def test_without_interest_in_sight_the_walk_ends_with_the_budget():
+    net = line(1)
+    for name in LINE:
+        net.inject(name, BeaconPlaced(beacon(unit(13), agent=f"agent-{name}")))  # nobody wants this cell
+    net.run_for(20_000)
+    stored = cell(unit(14), salience=0.3, at=net.now)  # budget 2
+    net.inject("a", CellStored(stored))
+    net.run_for(5_000)
+    assert {n for n in LINE if stored.node_id in net.hosts[n].cells} == {"b", "c"}
+    assert sent(net) == 2
