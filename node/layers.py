@@ -294,10 +294,16 @@ class LayerSet:
 
     def add(self, layer: str, seq: int, rowid: int, vector: np.ndarray) -> None:
         """A committed row joins the layer (called after commit, from the writer thread)."""
+        self.add_rows([(layer, seq, rowid, vector)])
+
+    def add_rows(self, rows: list[tuple[str, int, int, np.ndarray]]) -> None:
+        """Committed rows ``(layer, seq, rowid, vector)`` join their layers, in order: a
+        write batch's rows under one lock and one wake-up of the indexer (writer thread)."""
         with self._cond:
             while sum(map(len, self._fresh.values())) >= _FRESH_LIMIT and self._indexer_alive():
                 self._cond.wait(0.5)  # backpressure: the indexer is behind
-            self._fresh[layer].append(seq, rowid, vector)
+            for layer, seq, rowid, vector in rows:
+                self._fresh[layer].append(seq, rowid, vector)
             self._cond.notify_all()
 
     def _indexer_alive(self) -> bool:
