@@ -44,6 +44,9 @@ _INDEX_BATCH = 2048
 _FRESH_LIMIT = 16_384
 # The online indexer takes the index's write lock per chunk: searches wait at most one chunk.
 _ONLINE_CHUNK = 64
+# The beam of the near-duplicate check: cos >= 0.95 neighbours are found by a short search, and
+# at the searches' ef (80) the check cost almost as much as inserting the row.
+_NEAR_DUPLICATE_EF = 32
 
 
 class RebuildProgress:
@@ -346,12 +349,12 @@ class LayerSet:
             live = (labels >= 0) & self.catalog.alive(np.maximum(labels, 0))
             labels, vectors = labels[live], vectors[live]
             index = self.indexes[layer]
+            # One core for HNSW while the buffer is shallow leaves the other to the store path
+            # (trio loop + writer); both once it fills, since a full buffer holds writers back.
+            threads = 1 if len(fresh) < _FRESH_LIMIT // 2 else os.cpu_count() or 1
             if layer == "L0" and self._on_near_duplicates is not None and len(labels):
-                self._find_near_duplicates(index, labels, vectors)
+                self._find_near_duplicates(index, labels, vectors, threads)
             if len(labels):
-                # One core for HNSW while the buffer is shallow leaves the other to the store path
-                # (trio loop + writer); both once it fills, since a full buffer holds writers back.
-                threads = 1 if len(fresh) < _FRESH_LIMIT // 2 else os.cpu_count() or 1
                 index.add(labels, vectors, covered_seq=int(seqs.max()), chunk_rows=_ONLINE_CHUNK, threads=threads)
             else:
                 index.covered_seq = max(index.covered_seq, int(seqs.max()))
@@ -365,11 +368,11 @@ class LayerSet:
             moved = True
         return moved
 
-    def _find_near_duplicates(self, index: LayerIndex, labels: np.ndarray, vectors: np.ndarray) -> None:
+    def _find_near_duplicates(self, index: LayerIndex, labels: np.ndarray, vectors: np.ndarray, threads: int) -> None:
         """Pairs (new, earlier, cos) with cos ≥ the threshold, against HNSW and within the batch."""
         pairs: list[tuple[int, int, float]] = []
         if len(index):
-            others, distances = index.nearest_many(vectors, 3)
+            others, distances = index.nearest_many(vectors, 3, ef=_NEAR_DUPLICATE_EF, threads=threads)
             for i, j in zip(*np.nonzero((others >= 0) & (1.0 - distances >= self._near_cos))):
                 pairs.append((int(labels[i]), int(others[i, j]), float(1.0 - distances[i, j])))
         if len(labels) > 1:
