@@ -113,19 +113,24 @@ class _Fresh:
         return self._count
 
     def append(self, seq: int, rowid: int, vector: np.ndarray) -> None:
-        end = self._start + self._count
-        if end == len(self._rowids):
-            self._make_room()
-            end = self._count
-        self._matrix[end] = vector
-        self._rowids[end] = rowid
-        self._seqs[end] = seq
-        self._count += 1
+        self.extend([seq], [rowid], [vector])
 
-    def _make_room(self) -> None:
+    def extend(self, seqs: list[int], rowids: list[int], vectors: list[np.ndarray]) -> None:
+        """Append rows in order: one block write per array (a write batch's rows at once)."""
+        end = self._start + self._count
+        if end + len(seqs) > len(self._rowids):
+            self._make_room(len(seqs))
+            end = self._count
+        rows = slice(end, end + len(seqs))
+        self._matrix[rows] = vectors
+        self._rowids[rows] = rowids
+        self._seqs[rows] = seqs
+        self._count += len(seqs)
+
+    def _make_room(self, extra: int) -> None:
         live = slice(self._start, self._start + self._count)
         capacity = len(self._rowids)
-        if self._count > capacity // 2:
+        while self._count + extra > capacity // 2:
             capacity *= 2
         matrix, rowids, seqs = self._matrix[live].copy(), self._rowids[live].copy(), self._seqs[live].copy()
         if capacity != len(self._rowids):
@@ -305,8 +310,14 @@ class LayerSet:
         with self._cond:
             while sum(map(len, self._fresh.values())) >= _FRESH_LIMIT and self._indexer_alive():
                 self._cond.wait(0.5)  # backpressure: the indexer is behind
+            by_layer: dict[str, tuple[list[int], list[int], list[np.ndarray]]] = {}
             for layer, seq, rowid, vector in rows:
-                self._fresh[layer].append(seq, rowid, vector)
+                seqs, rowids, vectors = by_layer.setdefault(layer, ([], [], []))
+                seqs.append(seq)
+                rowids.append(rowid)
+                vectors.append(vector)
+            for layer, (seqs, rowids, vectors) in by_layer.items():
+                self._fresh[layer].extend(seqs, rowids, vectors)
             self._cond.notify_all()
 
     def _indexer_alive(self) -> bool:
