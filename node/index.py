@@ -68,8 +68,6 @@ _OVERFETCH_BEFORE_EXACT = 1024
 # for small allowed sets; above this HNSW keeps widening instead.
 _EXACT_MAX_ROWS = 4096
 _HASH_CHUNK = 1 << 20
-# Queries per exclusive-lock hold of a narrow-beam `nearest_many` (~5 ms each at ef 32).
-_NARROW_CHUNK = 64
 
 Filter = Callable[[np.ndarray], np.ndarray]
 
@@ -394,48 +392,37 @@ class LayerIndex:
                         return exact
                 fetch *= 2
 
-    def nearest_many(
-        self, vectors: np.ndarray, k: int, *, ef: int | None = None, threads: int | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def nearest_many(self, vectors: np.ndarray, k: int, *, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The `k` nearest live labels and cosine distances for each row of `vectors`, unfiltered.
 
-        One hnswlib call per batch (threads inside hnswlib, not a Python loop): the indexer's
-        near-duplicate check asks this for every batch it inserts. Rows with fewer than `k`
-        neighbours are padded with label -1 and distance 2 (the cosine maximum).
-
-        `ef` narrower than the searches' beam makes it cheaper: a near-duplicate (cos 0.95) is
-        found by a short beam (in ``benchmarks/index_bench.py --near-duplicates``, ef 32 finds
-        every pair ef 80 finds, at half the CPU). hnswlib keeps one ef per index, so a narrow
-        query holds the exclusive lock, in chunks that keep searches' waits short. `threads`
+        One hnswlib call for the whole batch (threads inside hnswlib, not a Python loop): the
+        indexer's near-duplicate check asks this for every batch it inserts. Rows with fewer than
+        `k` neighbours are padded with label -1 and distance 2 (the cosine maximum). `threads`
         defaults to every core.
+
+        It searches with the searches' beam: a narrower one is cheaper but misses pairs as the
+        index grows (``benchmarks/index_bench.py --near-duplicates``: at 100k, ef 32 finds 97.5 %
+        of the cos >= 0.95 pairs ef 80 finds, for a third less CPU), and hnswlib's one ef per
+        index would make the check hold the exclusive lock.
         """
         queries = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
         labels = np.full((len(queries), k), -1, dtype=np.int64)
         distances = np.full((len(queries), k), 2.0, dtype=np.float32)
-        narrow = ef is not None and ef < self.ef_search
-        step = _NARROW_CHUNK if narrow else max(len(queries), 1)
-        for start in range(0, len(queries), step):
-            rows = slice(start, start + step)
-            with self._lock.write() if narrow else self._lock.read():
-                fetch = min(k, len(self))
-                if not fetch:
-                    return labels, distances
-                if narrow:
-                    self._index.set_ef(ef)
-                try:
-                    found, far = self._index.knn_query(queries[rows], k=fetch, num_threads=threads or os.cpu_count() or 1)
-                except RuntimeError:  # tombstones cut some query off from `fetch` live rows
-                    found = None
-                finally:
-                    if narrow:
-                        self._index.set_ef(self.ef_search)
-            if found is None:  # row by row, outside the lock: search() takes it again
-                for row in range(*rows.indices(len(queries))):
-                    for column, (label, distance) in enumerate(self.search(queries[row], fetch)):
-                        labels[row, column], distances[row, column] = label, distance
-            else:
-                labels[rows, :fetch] = found.astype(np.int64)
-                distances[rows, :fetch] = far
+        with self._lock.read():
+            fetch = min(k, len(self))
+            if not fetch or not len(queries):
+                return labels, distances
+            try:
+                found, far = self._index.knn_query(queries, k=fetch, num_threads=threads or os.cpu_count() or 1)
+            except RuntimeError:  # tombstones cut some query off from `fetch` live rows
+                found = None
+        if found is None:  # row by row, outside the lock: search() takes it again
+            for row, query in enumerate(queries):
+                for column, (label, distance) in enumerate(self.search(query, fetch)):
+                    labels[row, column], distances[row, column] = label, distance
+        else:
+            labels[:, :fetch] = found.astype(np.int64)
+            distances[:, :fetch] = far
         return labels, distances
 
     def _knn(self, query: np.ndarray, fetch: int) -> tuple[np.ndarray, np.ndarray] | None:

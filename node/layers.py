@@ -44,9 +44,6 @@ _INDEX_BATCH = 2048
 _FRESH_LIMIT = 16_384
 # The online indexer takes the index's write lock per chunk: searches wait at most one chunk.
 _ONLINE_CHUNK = 64
-# The beam of the near-duplicate check: cos >= 0.95 neighbours are found by a short search, and
-# at the searches' ef (80) the check cost almost as much as inserting the row.
-_NEAR_DUPLICATE_EF = 32
 
 
 class RebuildProgress:
@@ -383,7 +380,7 @@ class LayerSet:
         """Pairs (new, earlier, cos) with cos ≥ the threshold, against HNSW and within the batch."""
         pairs: list[tuple[int, int, float]] = []
         if len(index):
-            others, distances = index.nearest_many(vectors, 3, ef=_NEAR_DUPLICATE_EF, threads=threads)
+            others, distances = index.nearest_many(vectors, 3, threads=threads)
             for i, j in zip(*np.nonzero((others >= 0) & (1.0 - distances >= self._near_cos))):
                 pairs.append((int(labels[i]), int(others[i, j]), float(1.0 - distances[i, j])))
         if len(labels) > 1:

@@ -287,18 +287,15 @@ def test_a_crash_mid_save_leaves_the_previous_save_loadable(filled, tmp_path, rn
     assert len(list(tmp_path.iterdir())) == 2  # load swept the orphans
 
 
-def test_nearest_many_with_a_narrow_beam_finds_near_duplicates_and_restores_the_search_beam(filled, rng) -> None:
+def test_nearest_many_finds_each_near_duplicate_on_any_number_of_threads(filled, rng) -> None:
     index, labels, data = filled
-    sources = rng.integers(0, len(data), 200)  # more rows than one exclusive-lock chunk
+    sources = rng.integers(0, len(data), 200)
     near = unit(data[sources] + 0.05 * random_unit(rng, 200))
-    wide_labels, wide_distances = index.nearest_many(near, 3)
-    narrow_labels, narrow_distances = index.nearest_many(near, 3, ef=8, threads=1)
-    assert (wide_labels[:, 0] == labels[sources]).all()
-    assert (narrow_labels[:, 0] == labels[sources]).all()  # every row of every chunk answered
-    assert np.allclose(narrow_distances[:, 0], wide_distances[:, 0], atol=1e-5)
-    assert index._index.ef == index.ef_search  # searches keep their beam
-    hits = index.search(near[0], 10)
-    assert [label for label, _ in hits] == exact(data, labels, near[0], 10)
+    for threads in (None, 1):
+        found, distances = index.nearest_many(near, 3, threads=threads)
+        assert (found[:, 0] == labels[sources]).all()
+        assert np.allclose(distances[:, 0], 1.0 - np.sum(near * data[sources], axis=1), atol=1e-5)
+        assert (np.diff(distances, axis=1) >= -1e-6).all()
 
 
 # -- threads -----------------------------------------------------------------------------------
