@@ -47,6 +47,14 @@ def cpu_by_thread() -> dict[str, float]:
     return seconds
 
 
+def bytes_written() -> int:
+    """Bytes this process has asked to write (write() calls: WAL frames, checkpoints, index files)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    return 0
+
+
 async def run(args) -> None:
     rng = np.random.default_rng(args.seed)
     texts = [f"memory {i}: synthetic cell about topic {i % 200}" for i in range(args.cells)]
@@ -65,11 +73,13 @@ async def run(args) -> None:
                     await service.store(principal, content=text, cell_type="Fact")
 
             load = os.getloadavg()[0]
+            written = bytes_written()
             before, cpu_started, started = cpu_by_thread(), time.process_time(), time.perf_counter()
             async with trio.open_nursery() as nursery:
                 for _ in range(args.concurrency):
                     nursery.start_soon(writer)
             wall, cpu, after = time.perf_counter() - started, time.process_time() - cpu_started, cpu_by_thread()
+            written = bytes_written() - written
             backlog = service.layers.backlog()
             per_thread = {
                 name: round((after[name] - before.get(name, 0.0)) / args.cells * 1e6)
@@ -78,7 +88,8 @@ async def run(args) -> None:
             }
             print(
                 f"{args.cells} stores: {args.cells / wall:,.0f}/s wall, {cpu / args.cells * 1e6:.0f} CPU-us per store "
-                f"(by thread: {per_thread}), {service.db.batches} write batches, load average {load:.2f}"
+                f"(by thread: {per_thread}), {service.db.batches} write batches, {written / args.cells / 1024:.1f} KB "
+                f"written per store, load average {load:.2f}"
             )
             if args.no_indexer:
                 for fresh in service.layers._fresh.values():  # nothing to index: closing must not wait

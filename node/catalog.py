@@ -7,6 +7,7 @@ Strings are interned to small integer codes; arrays grow by doubling.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable
 
@@ -68,8 +69,20 @@ class CellCatalog:
             self._node_ids[rowid] = node_id
 
     def add_many(self, rows: Iterable[tuple[int, str, str, str | None, str, str, bool]]) -> None:
-        for row in rows:
-            self.add(*row)
+        """Rows of ``(rowid, node_id, tenant_id, project, cell_type, source_agent, alive)``:
+        a batch of stores (or a node opening), under one lock and one array write per column."""
+        rows = iter(rows)
+        while chunk := list(itertools.islice(rows, 8192)):
+            rowids, node_ids, tenants, projects, types, agents, alive = zip(*chunk)
+            with self._lock:
+                self._grow(max(rowids))
+                code = self._code
+                self._tenant[rowids,] = [code(t) for t in tenants]
+                self._agent[rowids,] = [code(a) for a in agents]
+                self._project[rowids,] = [code(p) for p in projects]
+                self._type[rowids,] = [_TYPE_CODE[t] for t in types]
+                self._alive[rowids,] = alive
+                self._node_ids.update(zip(rowids, node_ids))
 
     def kill(self, rowid: int) -> None:
         with self._lock:

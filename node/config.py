@@ -108,7 +108,7 @@ provider = "builtin"
 default_threshold = {DEFAULT_BEACON_THRESHOLD}
 
 [storage]
-# Writes arriving within this window share one fsync'd transaction.
+# A lone write waits this long for others to share its fsync'd transaction (queued writes commit at once).
 group_commit_ms = 2.0
 
 [energy]

@@ -32,7 +32,7 @@ from .errors import DiskFull, Unavailable
 from .schema import migrate
 from .waking import Waker, current_waker, wake_all
 
-__all__ = ["Database", "Transaction"]
+__all__ = ["Database", "PendingWrite", "Transaction"]
 
 log = logging.getLogger("hyphae.database")
 T = TypeVar("T")
@@ -46,6 +46,7 @@ class Transaction:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self._after: list[Callable[[], None]] = []
+        self._gathered: dict[Callable[[list[Any]], None], list[Any]] = {}
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
@@ -53,10 +54,33 @@ class Transaction:
     def after_commit(self, action: Callable[[], None]) -> None:
         self._after.append(action)
 
+    def after_commit_gathered(self, action: Callable[[list[T]], None], item: T) -> None:
+        """Queue ``item`` for ``action``, which runs once after commit with every item the
+        batch queued for it, in the place of the first. A batch of stores then updates
+        the in-memory structures once (one lock, one wake-up of the indexer), not per row."""
+        items = self._gathered.get(action)
+        if items is None:
+            items = self._gathered[action] = []
+            self._after.append(lambda: action(items))
+        items.append(item)
 
-class _Job:
-    """One write and its outcome. An async caller is woken through its waker and reads
-    ``ok``/``value``; only threads that block on a write get a Future (a Condition and
+    def _mark(self) -> tuple[int, dict[Callable[[list[Any]], None], int]]:
+        return len(self._after), {action: len(items) for action, items in self._gathered.items()}
+
+    def _undo(self, mark: tuple[int, dict[Callable[[list[Any]], None], int]]) -> None:
+        """Forget the after-commit work queued since ``mark`` (a job that was rolled back)."""
+        after, counts = mark
+        del self._after[after:]
+        for action in list(self._gathered):
+            if action in counts:
+                del self._gathered[action][counts[action] :]
+            else:
+                del self._gathered[action]
+
+
+class PendingWrite:
+    """One write job and its outcome. An async caller is woken through its waker and
+    reads ``outcome()``; only threads that block on a write get a Future (a Condition and
     two locks apiece: too dear to build for every store)."""
 
     __slots__ = ("fn", "future", "waker", "ok", "value")
@@ -140,11 +164,11 @@ class Database:
 
     def submit(self, fn: Callable[[Transaction], T]) -> concurrent.futures.Future[T]:
         """Queue a write job; the future resolves once its batch is durable."""
-        job = self._enqueue(_Job(fn))
+        job = self._enqueue(PendingWrite(fn))
         assert job.future is not None
         return job.future
 
-    def _enqueue(self, job: _Job) -> _Job:
+    def _enqueue(self, job: PendingWrite) -> PendingWrite:
         if self._closed:
             raise Unavailable("the database is closed")
         self._queue.put(job)
@@ -156,9 +180,15 @@ class Database:
     async def write(self, fn: Callable[[Transaction], T]) -> T:
         """Run a write job and wait for it to be durable, without holding a worker thread."""
         waker = current_waker()
-        job = self._enqueue(_Job(fn, waker))
+        job = self._enqueue(PendingWrite(fn, waker))
         await waker[1].wait()
         return job.outcome()
+
+    def enqueue(self, write: PendingWrite) -> None:
+        """Queue a write made with a waker, from any thread: the waker is woken once its
+        batch is durable, and ``write.outcome()`` then gives its result or raises."""
+        assert write.waker is not None
+        self._enqueue(write)
 
     def close(self) -> None:
         if self._closed:
@@ -175,7 +205,7 @@ class Database:
                     pass
             self._readers.clear()
 
-    def _run_batch(self, batch: list[_Job], *, isolated: bool) -> tuple[Transaction | None, list[tuple[_Job, bool, Any]]]:
+    def _run_batch(self, batch: list[PendingWrite], *, isolated: bool) -> tuple[Transaction | None, list[tuple[PendingWrite, bool, Any]]]:
         """Run a batch's jobs in one open transaction.
 
         The fast path runs them back to back; if one fails it rolls everything back and
@@ -186,7 +216,7 @@ class Database:
         """
         conn = self._write_conn
         tx = Transaction(conn)
-        outcomes: list[tuple[_Job, bool, Any]] = []
+        outcomes: list[tuple[PendingWrite, bool, Any]] = []
         conn.execute("BEGIN IMMEDIATE")
         for job in batch:
             if not isolated:
@@ -197,13 +227,13 @@ class Database:
                     return None, []
                 continue
             conn.execute("SAVEPOINT job")
-            mark = len(tx._after)
+            mark = tx._mark()
             try:
                 result = job.fn(tx)
             except Exception as exc:  # the job's own failure: undo it alone
                 conn.execute("ROLLBACK TO job")
                 conn.execute("RELEASE job")
-                del tx._after[mark:]
+                tx._undo(mark)
                 outcomes.append((job, False, exc))
             else:
                 conn.execute("RELEASE job")
@@ -218,23 +248,29 @@ class Database:
             if first is _STOP:
                 return
             batch = [first]
-            if self._window > 0:
+            stop = self._drain(batch)
+            if len(batch) == 1 and not stop and self._window > 0:
+                # A lone write waits the window for company. When others were already
+                # queued, writers are outpacing commits: later ones gather during this
+                # batch's fsync, and sleeping would only idle every waiting caller.
                 time.sleep(self._window)
-            stop = False
-            while True:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)
+                stop = self._drain(batch)
             self._commit(batch)
             if stop:
                 return
 
-    def _commit(self, batch: list[_Job]) -> None:
+    def _drain(self, batch: list[PendingWrite]) -> bool:
+        """Move every queued job into ``batch``; True when the stop marker was among them."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if item is _STOP:
+                return True
+            batch.append(item)
+
+    def _commit(self, batch: list[PendingWrite]) -> None:
         conn = self._write_conn
         try:
             tx, outcomes = self._run_batch(batch, isolated=False)

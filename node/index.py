@@ -392,12 +392,18 @@ class LayerIndex:
                         return exact
                 fetch *= 2
 
-    def nearest_many(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def nearest_many(self, vectors: np.ndarray, k: int, *, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The `k` nearest live labels and cosine distances for each row of `vectors`, unfiltered.
 
         One hnswlib call for the whole batch (threads inside hnswlib, not a Python loop): the
         indexer's near-duplicate check asks this for every batch it inserts. Rows with fewer than
-        `k` neighbours are padded with label -1 and distance 2 (the cosine maximum).
+        `k` neighbours are padded with label -1 and distance 2 (the cosine maximum). `threads`
+        defaults to every core.
+
+        It searches with the searches' beam: a narrower one is cheaper but misses pairs as the
+        index grows (``benchmarks/index_bench.py --near-duplicates``: at 100k, ef 32 finds 97.5 %
+        of the cos >= 0.95 pairs ef 80 finds, for a third less CPU), and hnswlib's one ef per
+        index would make the check hold the exclusive lock.
         """
         queries = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
         labels = np.full((len(queries), k), -1, dtype=np.int64)
@@ -407,7 +413,7 @@ class LayerIndex:
             if not fetch or not len(queries):
                 return labels, distances
             try:
-                found, far = self._index.knn_query(queries, k=fetch, num_threads=os.cpu_count() or 1)
+                found, far = self._index.knn_query(queries, k=fetch, num_threads=threads or os.cpu_count() or 1)
             except RuntimeError:  # tombstones cut some query off from `fetch` live rows
                 found = None
         if found is None:  # row by row, outside the lock: search() takes it again

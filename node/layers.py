@@ -110,19 +110,24 @@ class _Fresh:
         return self._count
 
     def append(self, seq: int, rowid: int, vector: np.ndarray) -> None:
-        end = self._start + self._count
-        if end == len(self._rowids):
-            self._make_room()
-            end = self._count
-        self._matrix[end] = vector
-        self._rowids[end] = rowid
-        self._seqs[end] = seq
-        self._count += 1
+        self.extend([seq], [rowid], [vector])
 
-    def _make_room(self) -> None:
+    def extend(self, seqs: list[int], rowids: list[int], vectors: list[np.ndarray]) -> None:
+        """Append rows in order: one block write per array (a write batch's rows at once)."""
+        end = self._start + self._count
+        if end + len(seqs) > len(self._rowids):
+            self._make_room(len(seqs))
+            end = self._count
+        rows = slice(end, end + len(seqs))
+        self._matrix[rows] = vectors
+        self._rowids[rows] = rowids
+        self._seqs[rows] = seqs
+        self._count += len(seqs)
+
+    def _make_room(self, extra: int) -> None:
         live = slice(self._start, self._start + self._count)
         capacity = len(self._rowids)
-        if self._count > capacity // 2:
+        while self._count + extra > capacity // 2:
             capacity *= 2
         matrix, rowids, seqs = self._matrix[live].copy(), self._rowids[live].copy(), self._seqs[live].copy()
         if capacity != len(self._rowids):
@@ -294,10 +299,22 @@ class LayerSet:
 
     def add(self, layer: str, seq: int, rowid: int, vector: np.ndarray) -> None:
         """A committed row joins the layer (called after commit, from the writer thread)."""
+        self.add_rows([(layer, seq, rowid, vector)])
+
+    def add_rows(self, rows: list[tuple[str, int, int, np.ndarray]]) -> None:
+        """Committed rows ``(layer, seq, rowid, vector)`` join their layers, in order: a
+        write batch's rows under one lock and one wake-up of the indexer (writer thread)."""
         with self._cond:
             while sum(map(len, self._fresh.values())) >= _FRESH_LIMIT and self._indexer_alive():
                 self._cond.wait(0.5)  # backpressure: the indexer is behind
-            self._fresh[layer].append(seq, rowid, vector)
+            by_layer: dict[str, tuple[list[int], list[int], list[np.ndarray]]] = {}
+            for layer, seq, rowid, vector in rows:
+                seqs, rowids, vectors = by_layer.setdefault(layer, ([], [], []))
+                seqs.append(seq)
+                rowids.append(rowid)
+                vectors.append(vector)
+            for layer, (seqs, rowids, vectors) in by_layer.items():
+                self._fresh[layer].extend(seqs, rowids, vectors)
             self._cond.notify_all()
 
     def _indexer_alive(self) -> bool:
@@ -340,12 +357,12 @@ class LayerSet:
             live = (labels >= 0) & self.catalog.alive(np.maximum(labels, 0))
             labels, vectors = labels[live], vectors[live]
             index = self.indexes[layer]
+            # One core for HNSW while the buffer is shallow leaves the other to the store path
+            # (trio loop + writer); both once it fills, since a full buffer holds writers back.
+            threads = 1 if len(fresh) < _FRESH_LIMIT // 2 else os.cpu_count() or 1
             if layer == "L0" and self._on_near_duplicates is not None and len(labels):
-                self._find_near_duplicates(index, labels, vectors)
+                self._find_near_duplicates(index, labels, vectors, threads)
             if len(labels):
-                # One core for HNSW while the buffer is shallow leaves the other to the store path
-                # (trio loop + writer); both once it fills, since a full buffer holds writers back.
-                threads = 1 if len(fresh) < _FRESH_LIMIT // 2 else os.cpu_count() or 1
                 index.add(labels, vectors, covered_seq=int(seqs.max()), chunk_rows=_ONLINE_CHUNK, threads=threads)
             else:
                 index.covered_seq = max(index.covered_seq, int(seqs.max()))
@@ -359,11 +376,11 @@ class LayerSet:
             moved = True
         return moved
 
-    def _find_near_duplicates(self, index: LayerIndex, labels: np.ndarray, vectors: np.ndarray) -> None:
+    def _find_near_duplicates(self, index: LayerIndex, labels: np.ndarray, vectors: np.ndarray, threads: int) -> None:
         """Pairs (new, earlier, cos) with cos ≥ the threshold, against HNSW and within the batch."""
         pairs: list[tuple[int, int, float]] = []
         if len(index):
-            others, distances = index.nearest_many(vectors, 3)
+            others, distances = index.nearest_many(vectors, 3, threads=threads)
             for i, j in zip(*np.nonzero((others >= 0) & (1.0 - distances >= self._near_cos))):
                 pairs.append((int(labels[i]), int(others[i, j]), float(1.0 - distances[i, j])))
         if len(labels) > 1:

@@ -31,7 +31,7 @@ from mesh.identity import NodeIdentity
 
 from . import cells as v
 from .config import NodeConfig
-from .database import Database, Transaction
+from .database import Database, PendingWrite, Transaction
 from .delivery import Beacon, BeaconBook, CellFacts
 from .embedding import Embedder, load_embedder
 from .embedding.worker import EmbeddingWorker
@@ -40,6 +40,7 @@ from .layers import LayerSet
 from .metrics import NodeMetrics, observed
 from .principals import Principal, PrincipalCache, hash_api_key, new_api_key
 from .ratelimit import RateLimiter
+from .waking import Waker
 from .scenes import consolidate, encode_cursor, decode_cursor, scene_row_to_dict, SCENE_COLUMNS
 
 __all__ = ["MemoryService", "MeshHooks", "Clock"]
@@ -81,16 +82,23 @@ def wall_clock_ms() -> int:
 _ids = random.Random(int.from_bytes(os.urandom(16), "big"))
 
 
-# The version (4) and variant (RFC 4122) bits of a random UUID.
-_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+# The version (7) and variant (RFC 9562) bits, set in the 80 bits under the timestamp.
+_UUID7_CLEAR = ~((0xF << 76) | (0x3 << 62))
+_UUID7_SET = (0x7 << 76) | (0x2 << 62)
 
 
 def new_id() -> str:
-    """A random (version 4) UUID. Ids are names, not secrets: a seeded PRNG is enough,
-    and os.urandom per id costs more than the rest of a store on some VMs. Formatted by
-    hand: ``str(uuid.UUID(int=..., version=4))`` costs ten times the random bits."""
-    h = f"{_ids.getrandbits(128) & _UUID4_CLEAR | _UUID4_SET:032x}"
+    """A time-ordered (version 7) UUID: 48 bits of Unix milliseconds, then random bits.
+
+    Time order is for the database: the unique index on ``node_id`` then grows at its end,
+    so a commit of 128 stores writes a few index pages to the WAL rather than one random
+    page per id (random ids: 4.5 KB of WAL per stored cell at 10k cells, these: 3.0). Ids
+    are names, not secrets: a seeded PRNG is enough, and os.urandom per id costs more than
+    the rest of a store on some VMs. Formatted by hand: ``str(uuid.UUID(int=...))`` costs
+    ten times the random bits.
+    """
+    bits = (time.time_ns() // 1_000_000) << 80 | (_ids.getrandbits(80) & _UUID7_CLEAR | _UUID7_SET)
+    h = f"{bits:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
@@ -314,29 +322,38 @@ class MemoryService:
             if original is not None:
                 return {"node_id": original}
         session_id, scene_id, project = self._placement(principal, scene_id, project)
-        vector = (await self._embed([content]))[0]
-        now = self.clock()
-        cell = v.Cell(
-            node_id=new_id(),
-            tenant_id=principal.tenant_id,
-            source_agent=principal.agent_id,
-            origin_node=self.node_id,
-            content=content,
-            cell_type=cell_type,
-            salience=salience,
-            created_at=now,
-            layer="L0",
-            embedding=vector,
-            embedding_space=self.embedder.space,
-            scene_id=scene_id,
-            session_id=session_id,
-            project=project,
-            source_ref=source_ref,
-            metadata=metadata,
-        )
-        node_id = await self.db.write(
-            lambda tx: self._ingest(tx, cell, idempotency=(principal.agent_id, idempotency_key))
-        )
+        idempotency = (principal.agent_id, idempotency_key)
+
+        made: list[tuple[v.Cell, PendingWrite]] = []
+
+        def commit(vectors: np.ndarray, waker: Waker) -> None:
+            # On the embedding thread: the cell goes straight to the writer, and this task
+            # is woken once, when it is durable (one trip through the loop, not two).
+            cell = v.Cell(
+                node_id=new_id(),
+                tenant_id=principal.tenant_id,
+                source_agent=principal.agent_id,
+                origin_node=self.node_id,
+                content=content,
+                cell_type=cell_type,
+                salience=salience,
+                created_at=self.clock(),
+                layer="L0",
+                embedding=vectors[0],
+                embedding_space=self.embedder.space,
+                scene_id=scene_id,
+                session_id=session_id,
+                project=project,
+                source_ref=source_ref,
+                metadata=metadata,
+            )
+            write = PendingWrite(lambda tx: self._ingest(tx, cell, idempotency=idempotency), waker)
+            made.append((cell, write))  # before the hand-over: the writer may wake us at once
+            self.db.enqueue(write)
+
+        await self._embedding.embed_then([content], commit)
+        cell, write = made[0]
+        node_id = write.outcome()
         if node_id == cell.node_id and self.mesh is not None:
             self.mesh.cell_stored(cell)
         return {"node_id": node_id}
@@ -406,11 +423,9 @@ class MemoryService:
                 "INSERT INTO idempotency (agent_id, key, node_id, created_at) VALUES (?,?,?,?)",
                 (agent_id, key, cell.node_id, now),
             )
-        # The catalogue first: the indexer skips rows it does not know to be alive.
-        tx.after_commit(
-            lambda: self.layers.catalog.add(
-                rowid, cell.node_id, cell.tenant_id, cell.project, cell.cell_type, cell.source_agent
-            )
+        tx.after_commit_gathered(
+            self._rows_committed,
+            ((rowid, cell.node_id, cell.tenant_id, cell.project, cell.cell_type, cell.source_agent, True), None),
         )
         layers = ["L2"] if layer == "L2" else ["L0", "L1"] if layer == "L1" else ["L0"]
         for name in layers:
@@ -435,7 +450,16 @@ class MemoryService:
             "INSERT OR IGNORE INTO layer_members (layer, cell_rowid) VALUES (?, ?)", (layer, rowid)
         ).lastrowid
         if seq:
-            tx.after_commit(lambda: self.layers.add(layer, seq, rowid, vector))
+            tx.after_commit_gathered(self._rows_committed, (None, (layer, seq, rowid, vector)))
+
+    def _rows_committed(self, rows: list[tuple[tuple | None, tuple | None]]) -> None:
+        """After a commit (writer thread): the batch's new cells enter the catalogue, then
+        its layer members join the layers. The catalogue first, whatever order the jobs
+        came in: the indexer skips rows it does not know to be alive."""
+        self.layers.catalog.add_many(cell for cell, _ in rows if cell is not None)
+        members = [member for _, member in rows if member is not None]
+        if members:
+            self.layers.add_rows(members)
 
     def _promote(self, tx: Transaction, rowid: int) -> None:
         row = tx.execute("SELECT layer, embedding, forgotten_at FROM cells WHERE rowid = ?", (rowid,)).fetchone()

@@ -5,6 +5,11 @@ wastes the model's batch speed-up (about 1.7× for MiniLM) and pays a thread rou
 per text. Here every request joins one queue; each worker thread takes whatever is
 waiting (up to ``max_batch`` texts), embeds it as one batch and wakes all its callers
 at once. One worker per core: numpy releases the GIL inside the matrix products.
+
+A caller whose next step is another thread's work (a store: embed, then commit) passes
+that step as ``then``: the worker runs it with the vectors and the caller's waker, so the
+work goes from this thread to the next without a round trip through the trio loop, and
+the caller is woken once, when all of it is done.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +32,8 @@ __all__ = ["EmbeddingWorker"]
 class _Request:
     texts: list[str]
     waker: Waker
-    result: np.ndarray | None = None
+    then: Callable[[np.ndarray, Waker], Any] | None = None
+    result: Any = None
     error: BaseException | None = None
 
 
@@ -50,6 +57,21 @@ class EmbeddingWorker:
             raise request.error
         assert request.result is not None
         return request.result
+
+    async def embed_then(self, texts: Sequence[str], then: Callable[[np.ndarray, Waker], None]) -> None:
+        """Embed ``texts``, then call ``then(vectors, waker)`` on the worker thread; return
+        once the caller is woken.
+
+        ``then`` takes over the waker: it must hand it to whatever finishes the work (the
+        database writer, for a store), which wakes the caller, and keep its results where
+        the caller finds them *before* it hands the waker on (the next thread may wake the
+        caller before ``then`` returns). If it raises, the caller gets that error instead.
+        """
+        request = _Request(list(texts), current_waker(), then)
+        self._queue.put(request)
+        await request.waker[1].wait()
+        if request.error is not None:
+            raise request.error
 
     def close(self) -> None:
         for _ in self._threads:
@@ -88,9 +110,18 @@ class EmbeddingWorker:
                 return
             batch[0].error = exc
         else:
-            start = 0
+            start, done = 0, []
             for request in batch:
                 request.result = vectors[start : start + len(request.texts)]
                 start += len(request.texts)
+                if request.then is None:
+                    done.append(request)
+                    continue
+                try:
+                    request.then(request.result, request.waker)
+                except Exception as exc:
+                    request.error = exc
+                    done.append(request)
+            batch = done  # the others' wakers were handed on
         wake_all(request.waker for request in batch)
 

@@ -33,11 +33,16 @@ def test_appends_consumption_and_discards_keep_search_exact() -> None:
     order: list[int] = []  # rowids in buffer order, discarded ones included
     next_rowid = 0
     for step in range(60):
-        for vector in unit(rng.standard_normal((int(rng.integers(1, 400)), DIM))):
-            fresh.append(next_rowid + 1000, next_rowid, vector)  # seq = rowid + 1000
-            held[next_rowid] = vector
-            order.append(next_rowid)
-            next_rowid += 1
+        block = unit(rng.standard_normal((3000 if step == 11 else int(rng.integers(1, 400)), DIM)))
+        rowids = list(range(next_rowid, next_rowid + len(block)))
+        if step % 2:  # a write batch's rows at once (one block larger than the buffer at step 11)...
+            fresh.extend([r + 1000 for r in rowids], rowids, list(block))  # seq = rowid + 1000
+        else:  # ...or one by one
+            for rowid, vector in zip(rowids, block):
+                fresh.append(rowid + 1000, rowid, vector)
+        held.update(zip(rowids, block))
+        order.extend(rowids)
+        next_rowid += len(block)
         if step % 3 == 1 and held:
             doomed = int(rng.choice(list(held)))
             fresh.discard(doomed)

@@ -287,6 +287,17 @@ def test_a_crash_mid_save_leaves_the_previous_save_loadable(filled, tmp_path, rn
     assert len(list(tmp_path.iterdir())) == 2  # load swept the orphans
 
 
+def test_nearest_many_finds_each_near_duplicate_on_any_number_of_threads(filled, rng) -> None:
+    index, labels, data = filled
+    sources = rng.integers(0, len(data), 200)
+    near = unit(data[sources] + 0.05 * random_unit(rng, 200))
+    for threads in (None, 1):
+        found, distances = index.nearest_many(near, 3, threads=threads)
+        assert (found[:, 0] == labels[sources]).all()
+        assert np.allclose(distances[:, 0], 1.0 - np.sum(near * data[sources], axis=1), atol=1e-5)
+        assert (np.diff(distances, axis=1) >= -1e-6).all()
+
+
 # -- threads -----------------------------------------------------------------------------------
 
 
