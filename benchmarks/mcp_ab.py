@@ -16,7 +16,6 @@ CPU-time and rate figures that go beside them (quote the load average printed wi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -24,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
@@ -45,18 +43,7 @@ class CopiedNode:
             self.process = subprocess.Popen([sys.executable, "-m", "node.cli", "--home", str(self.home), "up"],
                                             cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
                                             stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                info = json.loads((self.home / "daemon.json").read_text())
-                if info["pid"] == self.process.pid:
-                    break
-            except (OSError, ValueError):
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the daemon from {code} did not start: see {root / 'daemon.log'}")
-            time.sleep(0.1)
-        self.url = info["api_url"]
+        self.url = mb.wait_for_daemon(self.home, self.process, root / "daemon.log")["api_url"]
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
