@@ -130,7 +130,7 @@ class MemoryService:
         # Top-3 recall hits not yet written: recalls add here, one writer job drains them all.
         self._recall_hits: Counter[int] = Counter()
         self._recall_hits_lock = threading.Lock()
-        self._recall_hits_written = 0.0  # time.monotonic() of the last drain
+        self._recall_hits_drained_at = 0.0  # time.monotonic() of the last drain
         self._recall_hits_timer: threading.Timer | None = None  # a drain scheduled for later
         # Open sessions by agent: sessions are local, so this mirror of the table is exact.
         self._open_sessions: dict[str, tuple[str, str, str]] = {}
@@ -511,7 +511,7 @@ class MemoryService:
             self._recall_hits.update(rowids)
             if not first:
                 return
-            wait = self._recall_hits_written + RECALL_HITS_INTERVAL - time.monotonic()
+            wait = self._recall_hits_drained_at + RECALL_HITS_INTERVAL - time.monotonic()
             if wait > 0:  # drained moments ago: gather until the interval is up
                 self._recall_hits_timer = threading.Timer(wait, self.flush_recall_hits)
                 self._recall_hits_timer.daemon = True
@@ -533,7 +533,7 @@ class MemoryService:
     def _write_recall_hits(self, tx: Transaction) -> None:
         with self._recall_hits_lock:
             hits, self._recall_hits = self._recall_hits, Counter()
-            self._recall_hits_written = time.monotonic()
+            self._recall_hits_drained_at = time.monotonic()
         for rowid, count in sorted(hits.items()):
             tx.execute("UPDATE cells SET recall_hits = recall_hits + ? WHERE rowid = ?", (count, rowid))
             (total,) = tx.execute("SELECT recall_hits FROM cells WHERE rowid = ?", (rowid,)).fetchone()
