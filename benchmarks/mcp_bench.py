@@ -88,6 +88,21 @@ def machine() -> dict[str, Any]:
 # -- processes --------------------------------------------------------------------------
 
 
+def wait_for_daemon(home: Path, process: subprocess.Popen, log: Path) -> dict[str, Any]:
+    """``daemon.json`` once ``process`` (a ``hyphae up`` on ``home``) has written it."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            info = json.loads((home / "daemon.json").read_text())
+            if info["pid"] == process.pid:
+                return info
+        except (OSError, ValueError):
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the daemon did not start:\n{log.read_text()}")
+        time.sleep(0.05)
+
+
 class Node:
     """A ``hyphae up`` on a fresh data dir, with one agent key."""
 
@@ -102,17 +117,7 @@ class Node:
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen([*HYPHAE, "--home", str(self.home), "up"], stdin=subprocess.DEVNULL,
                                             stdout=out, stderr=out)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                self.info = json.loads((self.home / "daemon.json").read_text())
-                if self.info["pid"] == self.process.pid:
-                    break
-            except (OSError, ValueError):
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the daemon did not start:\n{self.log.read_text()}")
-            time.sleep(0.05)
+        self.info = wait_for_daemon(self.home, self.process, self.log)
         self.url = self.info["api_url"]
         added = subprocess.run([*HYPHAE, "--home", str(self.home), "agent", "add", "bench"],
                                capture_output=True, text=True, timeout=120, check=True)

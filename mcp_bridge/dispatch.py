@@ -32,7 +32,6 @@ a client's validator.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -216,8 +215,8 @@ def _envelope(payload: dict[str, Any]) -> jsonrpc.EncodedResult:
     """The seed's tool-result envelope. The payload appears twice (as the text block, and
     as structuredContent) but is encoded once: its JSON is the text and is spliced into the
     envelope's own encoding."""
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    quoted = json.dumps(text, ensure_ascii=False)
+    text = jsonrpc.COMPACT.encode(payload)
+    quoted = jsonrpc.COMPACT.encode(text)
     envelope = {"content": [{"type": "text", "text": text}], "structuredContent": payload, "isError": False}
     return jsonrpc.EncodedResult(
         envelope, f'{{"content":[{{"type":"text","text":{quoted}}}],"structuredContent":{text},"isError":false}}'

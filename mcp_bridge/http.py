@@ -55,11 +55,20 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+# The only request headers the checks read; the others are never decoded.
+_READ_HEADERS = {name.encode(): name for name in (
+    "origin", "x-hyphae-key", "mcp-protocol-version", "content-type", "content-length"
+)}  # fmt: skip
+
+
 def _headers(scope: Scope) -> dict[str, str]:
-    """Header names lower-cased; repeated headers joined with ", " (RFC 9110 §5.3)."""
+    """The headers the checks read, names lower-cased; repeated ones joined with ", "
+    (RFC 9110 §5.3)."""
     joined: dict[str, str] = {}
     for raw_name, raw_value in scope.get("headers", ()):
-        name = raw_name.decode("latin-1").lower()
+        name = _READ_HEADERS.get(raw_name) or _READ_HEADERS.get(bytes(raw_name).lower())
+        if name is None:
+            continue
         value = raw_value.decode("latin-1").strip()
         joined[name] = f"{joined[name]}, {value}" if name in joined else value
     return joined

@@ -134,12 +134,19 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# Built once: json.loads/json.dumps with any non-default option build a new decoder or
+# encoder on every call, which cost as much as parsing a tools/call message itself.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_COMPACT_ASCII = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
 def _decode(data: bytes | bytearray | memoryview | str) -> Any:
     if isinstance(data, (bytes, bytearray, memoryview)):
         text = bytes(data).decode("utf-8")  # UnicodeDecodeError is a ValueError
     else:
         text = data
-    return json.loads(text, parse_constant=_refuse_constant)
+    return _DECODER.decode(text)
 
 
 def parse(data: bytes | bytearray | memoryview | str | Any) -> Event:
@@ -227,8 +234,8 @@ def encode(message: Any) -> bytes:
     try:
         result = message.get("result") if type(message) is dict else None
         if type(result) is EncodedResult and message.keys() == _SUCCESS_KEYS and message["jsonrpc"] == "2.0":
-            head = json.dumps(message["id"], ensure_ascii=False)
+            head = COMPACT.encode(message["id"])
             return f'{{"jsonrpc":"2.0","id":{head},"result":{result.json}}}'.encode("utf-8")
-        return json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return COMPACT.encode(message).encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+        return _COMPACT_ASCII.encode(message).encode("ascii")

@@ -34,6 +34,7 @@ def nothing_stored(service) -> None:
 
 async def settle(service) -> None:
     """Wait for fire-and-forget write jobs: a job queued now runs after all of them."""
+    service.flush_recall_hits()  # reinforcement counts gathering for their next drain
     with trio.fail_after(10):
         await service.db.write(lambda tx: None)
 
@@ -494,6 +495,35 @@ async def test_three_top_3_recalls_promote_exactly_the_top_3(service, make_agent
         assert (await service.get_cell(alice, node_id=node_id))["layer"] == "L0"
     assert sorted(await layer_ids(service, alice, query, "L1")) == sorted(top3)
 
+
+
+async def test_a_burst_of_recalls_is_counted_in_one_write_and_a_close_writes_the_rest(home, clock, monkeypatch):
+    """Reinforcement counts gather between drains (one commit per interval, not per recall);
+    none is lost: the scheduled drain, or the close, writes them all."""
+    from node import service as service_module
+    from node.embedding import HashedEmbedder
+    from node.home import open_node
+
+    monkeypatch.setattr(service_module, "RECALL_HITS_INTERVAL", 3600.0)  # no timer fires in this test
+    texts = [f"release checklist step {i} for the payments service" for i in range(6)]
+    async with open_node(home, embedder=HashedEmbedder(), clock=clock) as service:
+        alice, _ = await service.add_agent("alice")
+        with trio.fail_after(10):
+            for text in texts:
+                await service.store(alice, content=text, cell_type="Fact")
+        drains = []
+        write = service._write_recall_hits
+        service._write_recall_hits = lambda tx: (drains.append(1), write(tx))
+        with trio.fail_after(20):
+            for _ in range(40):
+                await service.recall(alice, query=texts[0], k=3)
+                await service.db.write(lambda tx: None)  # whatever a recall queued has run now
+        assert len(drains) == 1  # the first recall's; the other 39 wait for the interval
+        (written,) = service.db.query_one("SELECT SUM(recall_hits) FROM cells")
+        assert written == 3
+    async with open_node(home, embedder=HashedEmbedder(), clock=clock) as service:
+        (written,) = service.db.query_one("SELECT SUM(recall_hits) FROM cells")
+        assert written == 40 * 3  # the close wrote the 39 gathered recalls
 
 
 async def test_concurrent_stores_each_keep_their_own_vector(service, make_agent):
