@@ -32,7 +32,8 @@ import numpy as np
 from .config import EnergyParams
 from .memory import DiffLog
 from .routing import IndexedBeacon, accepts
-from .wire import DIFF_KEY_BYTES, CellPayload, Diff, TombstonePayload, diff_key
+from .haves import HaveSet
+from .wire import CellPayload, Diff, TombstonePayload, diff_key
 
 __all__ = ["RepairClient", "RepairAnswer", "Owed", "answer_repair"]
 
@@ -113,7 +114,7 @@ class RepairAnswer:
 def answer_repair(
     store: DiffLog, beacons: list[IndexedBeacon], *, requester: str, since: int, scan_limit: int,
     max_diffs: int, max_bytes: int, grace_ms: int, settle_ms: int, energy: EnergyParams, now: int,
-    haves: bytes = b"",
+    haves: HaveSet | None = None,
 ) -> RepairAnswer:  # fmt: skip
     """The diffs after ``since`` in our log that match one of ``beacons``.
 
@@ -121,7 +122,6 @@ def answer_repair(
     still be in flight, and answering now would only send a duplicate. So are the
     diffs the requester says it holds (``haves``).
     """
-    held = {haves[i : i + DIFF_KEY_BYTES] for i in range(0, len(haves), DIFF_KEY_BYTES)}
     entries = store.scan(since, scan_limit)
     more = len(entries) == scan_limit
     scanned = []
@@ -131,7 +131,7 @@ def answer_repair(
             more = False
             break
         last_considered = lsn
-        if held and diff_key(diff.origin, diff.seq) in held:
+        if haves and (diff.origin, diff.seq) in haves:
             continue
         scanned.append((lsn, diff))
     if not scanned:
