@@ -155,6 +155,7 @@ class MeshEngine:
             queue_limit=config.send_queue_limit, max_inflight=config.max_inflight_batches,
             max_diffs=limits.max_diffs, max_bytes=self._max_bytes, pacing_ms=config.flush_interval_ms,
             ack_timeout_ms=config.ack_timeout_ms, max_attempts=config.max_attempts,
+            busy_pacing_ms=config.busy_flush_interval_ms,
         )  # fmt: skip
         self.repair = RepairClient(config.repair_timeout_ms)
         self.owed = Owed(config.send_queue_limit)  # dropped for a peer: offered again when it comes back
