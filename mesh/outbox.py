@@ -2,15 +2,13 @@
 
 Each peer has a bounded queue ordered by energy, highest first. A flush takes the
 front of the queue into one DATA batch when the peer has a free in-flight slot and
-its pacing gap since the last batch has passed, so a burst of stores becomes a few
-large batches instead of many small frames. The gap (Nagle's rule, bounded): while a
-batch is unacknowledged, ``busy_pacing_ms``, so the diffs that arrive meanwhile leave
-together when its ack returns or the gap ends; otherwise half the peer's smoothed ack
-round trip, between ``pacing_ms`` and ``busy_pacing_ms``; ``pacing_ms`` once a full
-batch waits. An exchange costs the two daemons ~3.5 CPU-ms whatever it carries
-(mesh.md), and a peer slow to answer is short of CPU: fewer, bigger frames are what
-unloads it, while to a peer that answers in 10 ms a diff waits 5 ms at most.
-A full queue drops its lowest-energy diff (repair recovers it
+its pacing gap has passed, so a burst of stores becomes a few large batches instead
+of many small frames. The gap depends on the lane (Nagle's rule, bounded): with
+nothing of ours unacknowledged at the peer it is ``pacing_ms``, so a lone diff leaves
+at once; while a batch is out it is ``busy_pacing_ms``, unless a full batch is
+waiting, so under load the diffs that arrive meanwhile leave together when its ack
+returns (or the gap ends) instead of one exchange each. An exchange costs the two
+daemons ~3.5 CPU-ms whatever it carries (mesh.md). A full queue drops its lowest-energy diff (repair recovers it
 later). A batch not acknowledged in time is put back in the queue, up to
 ``max_attempts`` sends per diff; then it is given up, and the peer is reported as
 failing.
@@ -138,15 +136,8 @@ class Outbox:
         """When the lane's next batch may leave (see the module docstring)."""
         if lane.sent_at is None:
             return 0
-        if len(lane.queue) >= self.max_diffs:
-            gap = self.pacing_ms
-        elif lane.inflight:
-            gap = self.busy_pacing_ms
-        elif lane.srtt is None:
-            gap = self.pacing_ms
-        else:  # half the peer's ack round trip: a peer slow to answer is busy, and fewer frames unload it
-            gap = min(self.busy_pacing_ms, max(self.pacing_ms, int(lane.srtt) // 2))
-        return lane.sent_at + gap
+        busy = lane.inflight and len(lane.queue) < self.max_diffs
+        return lane.sent_at + (self.busy_pacing_ms if busy else self.pacing_ms)
 
     def acked(self, peer_id: str, batch_id: int, now: int | None = None) -> bool:
         batch = self._batches.get(batch_id)
