@@ -31,9 +31,9 @@ class HaveSet:
 
     def __init__(self, spans: Mapping[str, tuple[int, bytes]] | None = None) -> None:
         self.spans: dict[str, tuple[int, bytes]] = dict(spans or {})
-        self._bits: dict[str, tuple[int, int, int]] = {}  # origin -> (base, end, bits as an int)
+        self._bits: dict[str, tuple[int, int, bytes]] = {}  # origin -> (base, end, bitmap)
         for origin, (base, bitmap) in self.spans.items():
-            self._bits[origin] = (base, base + 8 * len(bitmap), int.from_bytes(bitmap, "little"))
+            self._bits[origin] = (base, base + 8 * len(bitmap), bitmap)
 
     @classmethod
     def build(
@@ -80,9 +80,9 @@ class HaveSet:
         entry = self._bits.get(key[0])
         if entry is None:
             return False
-        base, end, bits = entry
-        seq = key[1]
-        return base <= seq < end and bool(bits >> (seq - base) & 1)
+        base, end, bitmap = entry
+        i = key[1] - base
+        return 0 <= i < end - base and bool(bitmap[i >> 3] >> (i & 7) & 1)
 
     def __bool__(self) -> bool:
         return bool(self.spans)
