@@ -8,10 +8,10 @@ nothing of ours unacknowledged at the peer it is ``pacing_ms``, so a lone diff l
 at once; while a batch is out it is ``busy_pacing_ms``, unless a full batch is
 waiting, so under load the diffs that arrive meanwhile leave together when its ack
 returns (or the gap ends) instead of one exchange each. An exchange costs the two
-daemons ~3.5 CPU-ms whatever it carries (mesh.md). A full queue drops its lowest-energy diff (repair recovers it
-later). A batch not acknowledged in time is put back in the queue, up to
-``max_attempts`` sends per diff; then it is given up, and the peer is reported as
-failing.
+daemons ~3.5 CPU-ms whatever it carries (mesh.md). A full queue drops its
+lowest-energy diff (repair recovers it later). A batch not acknowledged in time is put
+back in the queue, up to ``max_attempts`` sends per diff; then it is given up, and the
+peer is reported as failing.
 
 "In time" adapts to each peer as TCP's retransmission timer does (RFC 6298): a
 smoothed round trip plus four deviations, never below ``ack_timeout_ms``, doubled for
