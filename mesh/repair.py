@@ -5,7 +5,9 @@ The requester remembers, per peer, how far into that peer's log it has been serv
 matches my beacons?" plus the requester's own control version; the responder answers
 only once it knows the requester's beacons at least that recent (``ready``), so a
 beacon placed just before a partition is never skipped. Any holder can answer, so a
-partition heals without the origin being online.
+partition heals without the origin being online. With each request goes what the
+requester already holds (a :class:`~mesh.haves.HaveSet`), so a reply carries only what
+it lacks.
 
 Requests go out on (re)connect (a peer heard for the first time, or again after it
 was suspect or dead) and once more after that answer, when what the peer was receiving
