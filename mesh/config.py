@@ -46,6 +46,9 @@ class MeshConfig:
     max_probes_per_round: int = 3  # pings per half probe interval
     # data plane
     flush_interval_ms: int = 5  # minimum gap between data frames to one peer
+    # ... while one of ours to it is unacknowledged (unless a full batch waits): under load the
+    # diffs share frames instead of costing an HTTP exchange each (see mesh.outbox)
+    busy_flush_interval_ms: int = 100
     ack_timeout_ms: int = 1000
     max_attempts: int = 4
     max_inflight_batches: int = 4  # per peer

@@ -52,6 +52,7 @@ from .events import (
     Effect, Event, FrameReceived, PeerDiscovered, PeerStateChanged, RemoveRemoteBeacon, SceneChanged,
     SendFailed, SendFrame, SetTimer, Started, StoreRemoteCell, TimerFired, FrameDelivered,
 )  # fmt: skip
+from .haves import HaveSet
 from .identity import NodeIdentity, node_id_for
 from .membership import Keyring, Liveness, Peer, PeerState, PeerTable
 from .memory import DiffLog
@@ -61,7 +62,7 @@ from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy
 from .team import FRAME_OVERHEAD, FrameSealer
 from .wire import (
     CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, Envelope, MsgType, Payload,
-    MAX_HAVES, PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope, diff_key,
+    PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope,
     encode_envelope, sign_diff,
 )  # fmt: skip
 
@@ -73,6 +74,7 @@ Verifier = Callable[[bytes, bytes, bytes], bool]  # (public_key, signature, mess
 _GOSSIP, _LIVENESS, _REPAIR, _OUTBOX = "gossip", "liveness", "repair", "outbox"
 _OUT_OF_RADIUS = "out_of_radius"  # a control diff from farther than the interest radius (partial view)
 _REPAIR_RESENDS = 2  # an unanswered repair request is sent again this often; then the periodic round covers
+_RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
 
 
 @dataclasses.dataclass
@@ -153,6 +155,7 @@ class MeshEngine:
             queue_limit=config.send_queue_limit, max_inflight=config.max_inflight_batches,
             max_diffs=limits.max_diffs, max_bytes=self._max_bytes, pacing_ms=config.flush_interval_ms,
             ack_timeout_ms=config.ack_timeout_ms, max_attempts=config.max_attempts,
+            busy_pacing_ms=config.busy_flush_interval_ms,
         )  # fmt: skip
         self.repair = RepairClient(config.repair_timeout_ms)
         self.owed = Owed(config.send_queue_limit)  # dropped for a peer: offered again when it comes back
@@ -160,7 +163,7 @@ class MeshEngine:
         self._seq = store.max_seq(self.node_id)
         self._contacts: dict[str, int] = {}  # unauthenticated address -> next try
         self._repair_due: dict[str, int] = {}  # peer -> retry time after a not-ready reply
-        self._recent: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=MAX_HAVES)
+        self._receipts: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=_RECEIPTS_KEPT)
         self._asked_at: dict[str, int] = {}  # peer -> when our last answered repair request went out
         self._repair_started: dict[str, int] = {}  # peer -> when our last repair request to it went out
         self._repair_unanswered: dict[str, int] = {}  # peer -> requests to it since its last reply
@@ -569,7 +572,7 @@ class MeshEngine:
         if not self._admit(diff, env):
             return
         self.store.put(diff, self._now)
-        self._recent.append((self._now, diff_key(diff.origin, diff.seq)))
+        self._receipts.append((self._now, diff.origin, diff.seq))
         self.counters.diffs_accepted[diff.kind.name.lower()] += 1
         p = diff.payload
         cell: CellPayload | None = None
@@ -769,14 +772,19 @@ class MeshEngine:
             haves=self._haves(peer.node_id),
         )  # fmt: skip
 
-    def _haves(self, peer_id: str) -> bytes:
-        """What we received since our last answered request to this peer (less a settling margin)."""
+    def _haves(self, peer_id: str) -> HaveSet:
+        """What we hold of each origin we received from since our last answered request to
+        this peer (less a settling margin): every seq from the lowest received then up to
+        the origin's newest we hold, so diffs received before that count too."""
         asked = self._asked_at.get(peer_id)
-        if asked is None:
-            return b"".join(key for _, key in self._recent)
-        cutoff = asked - 2 * self.config.ack_timeout_ms * self.config.max_attempts
-        keys = [key for at, key in reversed(self._recent) if at >= cutoff] if self._recent else []
-        return b"".join(keys)
+        cutoff = None if asked is None else asked - 2 * self.config.ack_timeout_ms * self.config.max_attempts
+        lows: dict[str, int] = {}
+        for at, origin, seq in reversed(self._receipts):
+            if cutoff is not None and at < cutoff:
+                break
+            if seq < lows.get(origin, seq + 1):
+                lows[origin] = seq
+        return HaveSet.build(lows, self.store.max_seq, self.store.has)
 
     def _on_repair_request(self, env: Envelope, peer: Peer) -> None:
         if self.control.version(peer.node_id) < env.version:
@@ -807,7 +815,10 @@ class MeshEngine:
         self._repair_unanswered.pop(peer.node_id, None)
         if sent_at is not None and self._repair_due.get(peer.node_id) == sent_at + self.config.repair_timeout_ms:
             del self._repair_due[peer.node_id]  # answered: no resend
-        if env.ready and sent_at is not None:
+        if env.ready and not env.more and sent_at is not None:
+            # A scan finished: what it covered was received before this request. The next
+            # pages of an unfinished scan still cover older entries, so they keep the earlier
+            # window of what we hold.
             self._asked_at[peer.node_id] = sent_at
         if not env.ready:
             self._repair_due[peer.node_id] = self._now + 2 * self.config.gossip_interval_ms

@@ -5,7 +5,9 @@ The requester remembers, per peer, how far into that peer's log it has been serv
 matches my beacons?" plus the requester's own control version; the responder answers
 only once it knows the requester's beacons at least that recent (``ready``), so a
 beacon placed just before a partition is never skipped. Any holder can answer, so a
-partition heals without the origin being online.
+partition heals without the origin being online. With each request goes what the
+requester already holds (a :class:`~mesh.haves.HaveSet`), so a reply carries only what
+it lacks.
 
 Requests go out on (re)connect (a peer heard for the first time, or again after it
 was suspect or dead) and once more after that answer, when what the peer was receiving
@@ -32,7 +34,8 @@ import numpy as np
 from .config import EnergyParams
 from .memory import DiffLog
 from .routing import IndexedBeacon, accepts
-from .wire import DIFF_KEY_BYTES, CellPayload, Diff, TombstonePayload, diff_key
+from .haves import HaveSet
+from .wire import CellPayload, Diff, TombstonePayload, diff_key
 
 __all__ = ["RepairClient", "RepairAnswer", "Owed", "answer_repair"]
 
@@ -113,7 +116,7 @@ class RepairAnswer:
 def answer_repair(
     store: DiffLog, beacons: list[IndexedBeacon], *, requester: str, since: int, scan_limit: int,
     max_diffs: int, max_bytes: int, grace_ms: int, settle_ms: int, energy: EnergyParams, now: int,
-    haves: bytes = b"",
+    haves: HaveSet | None = None,
 ) -> RepairAnswer:  # fmt: skip
     """The diffs after ``since`` in our log that match one of ``beacons``.
 
@@ -121,7 +124,6 @@ def answer_repair(
     still be in flight, and answering now would only send a duplicate. So are the
     diffs the requester says it holds (``haves``).
     """
-    held = {haves[i : i + DIFF_KEY_BYTES] for i in range(0, len(haves), DIFF_KEY_BYTES)}
     entries = store.scan(since, scan_limit)
     more = len(entries) == scan_limit
     scanned = []
@@ -131,7 +133,7 @@ def answer_repair(
             more = False
             break
         last_considered = lsn
-        if held and diff_key(diff.origin, diff.seq) in held:
+        if haves and (diff.origin, diff.seq) in haves:
             continue
         scanned.append((lsn, diff))
     if not scanned:

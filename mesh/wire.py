@@ -30,6 +30,7 @@ import msgpack
 import numpy as np
 
 from .errors import Reason, WireError
+from .haves import MAX_HAVE_BYTES, MAX_HAVE_ORIGINS, HaveSet
 
 __all__ = [
     "WIRE_VERSION",
@@ -123,7 +124,6 @@ def id_hex(raw: bytes) -> str:
 
 
 DIFF_KEY_BYTES = 12
-MAX_HAVES = 4096
 
 
 def diff_key(origin: str, seq: int) -> bytes:
@@ -484,7 +484,7 @@ class Envelope:
     since: int = 0  # REPAIR_REQUEST: the responder's log position already covered
     limit: int = 0  # REPAIR_REQUEST
     version: int = 0  # REPAIR_REQUEST: requester's own control version
-    haves: bytes = b""  # REPAIR_REQUEST: 12-byte keys (see :func:`diff_key`) of data diffs already held
+    haves: HaveSet = dataclasses.field(default_factory=HaveSet)  # REPAIR_REQUEST: what the requester holds
     upto: int = 0  # REPAIR_REPLY: log position covered by this reply
     more: bool = False  # REPAIR_REPLY
     ready: bool = True  # REPAIR_REPLY: false when the responder lacks the requester's beacons
@@ -523,7 +523,8 @@ def _extra(env: Envelope) -> list[Any]:
         digest = None if env.digest is None else _encode_digest(env.digest)
         return [digest, env.reply_wanted]
     if t is MsgType.REPAIR_REQUEST:
-        return [env.request_id, env.since, env.limit, env.version, env.haves]
+        haves = [[id_bytes(origin), base, bitmap] for origin, (base, bitmap) in env.haves.spans.items()]
+        return [env.request_id, env.since, env.limit, env.version, haves]
     if t is MsgType.REPAIR_REPLY:
         return [env.request_id, env.upto, env.more, env.ready]
     return [env.nonce]
@@ -596,11 +597,8 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
         fields["digest"], fields["reply_wanted"] = digest, _bool(reply_wanted)
     elif mtype is MsgType.REPAIR_REQUEST:
         r = _list(extra, "repair request", 5)
-        haves = _bin(r[4], "haves")
-        if len(haves) % DIFF_KEY_BYTES or len(haves) > DIFF_KEY_BYTES * MAX_HAVES:
-            raise _fail("haves: bad length")
         fields.update(request_id=_int(r[0], "id"), since=_int(r[1], "since"), limit=_int(r[2], "limit"),
-                      version=_int(r[3], "version"), haves=haves)  # fmt: skip
+                      version=_int(r[3], "version"), haves=_decode_haves(r[4]))  # fmt: skip
     elif mtype is MsgType.REPAIR_REPLY:
         r = _list(extra, "repair reply", 4)
         fields.update(request_id=_int(r[0], "id"), upto=_int(r[1], "upto"), more=_bool(r[2]), ready=_bool(r[3]))
@@ -609,6 +607,22 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     return Envelope(
         mtype, _int(sent_at, "sent_at"), _str(address, "sender_address", limits.max_text_chars), keys, diffs, **fields
     )
+
+
+def _decode_haves(raw: Any) -> HaveSet:
+    entries = _list(raw, "haves")
+    if len(entries) > MAX_HAVE_ORIGINS:
+        raise _fail("haves: too many origins", Reason.OVERSIZED)
+    spans: dict[str, tuple[int, bytes]] = {}
+    size = 0
+    for entry in entries:
+        origin, base, bitmap = _list(entry, "haves entry", 3)
+        base, bitmap = _int(base, "haves base"), _bin(bitmap, "haves bitmap")
+        size += len(bitmap)
+        if base < 0 or size > MAX_HAVE_BYTES:
+            raise _fail("haves: bad span", Reason.OVERSIZED)
+        spans[id_hex(_bin(origin, "haves origin"))] = (base, bitmap)
+    return HaveSet(spans)
 
 
 def _bool(v: Any) -> bool:

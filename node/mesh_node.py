@@ -147,10 +147,18 @@ async def run_mesh(
 
 
 class _LazySink:
-    """The runtime needs its sink before the link (which needs the runtime) exists."""
+    """The runtime needs its sink before the link (which needs the runtime) exists.
+
+    It passes ``apply_many`` on too: the runtime looks for it on its sink, and without it
+    every remote cell of a batch was its own write job, awaited one after the other on
+    the engine's task (mesh.md, 2026-12-03).
+    """
 
     def __init__(self, get) -> None:
         self._get = get
 
     async def apply(self, effect: Any) -> None:
         await self._get().apply(effect)
+
+    async def apply_many(self, effects: list[Any]) -> None:
+        await self._get().apply_many(effects)

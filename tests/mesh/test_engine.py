@@ -259,12 +259,18 @@ def test_failed_sends_count_against_a_peer():
     assert mesh["alice"].peer_states[mesh["bob"].node_id] == "suspect"
 
 
-def test_a_cut_off_node_is_repaired_by_any_holder_after_the_heal():
-    mesh = Mesh("alice", "bob", "carol", repair_interval_ms=20_000)
-    topic = unit(7)
+def alice_and_two_readers(seed: int, **config) -> tuple[Mesh, np.ndarray]:
+    """Alice, bob and carol, settled; bob and carol have a beacon on the same topic."""
+    mesh = Mesh("alice", "bob", "carol", **config)
+    topic = unit(seed)
     mesh.do("bob", BeaconPlaced(beacon(topic)))
     mesh.do("carol", BeaconPlaced(beacon(topic, agent="reader2")))
     mesh.settle()
+    return mesh, topic
+
+
+def test_a_cut_off_node_is_repaired_by_any_holder_after_the_heal():
+    mesh, topic = alice_and_two_readers(7, repair_interval_ms=20_000)
     mesh.net.partition(["alice", "bob"], ["carol"])
     stored = cell(topic, at=mesh.net.now)
     mesh.do("alice", CellStored(stored))
@@ -359,3 +365,22 @@ def test_a_hostile_network_still_delivers_everything_to_everyone_interested(seed
     drops = sum((mesh[n].engine.counters.drops for n in names), start=__import__("collections").Counter())
     assert drops[Reason.REPLAY] > 0  # the network duplicated frames; admission caught them
     assert drops[Reason.BAD_SIGNATURE] == drops[Reason.NOT_MEMBER] == 0
+
+
+def test_repair_names_a_backlog_of_any_size_as_held():
+    # Bob receives 5,000 of alice's cells between two repair requests to carol, who holds them
+    # too: his next request must say he holds every one (a list of his latest 4,096 receipts
+    # left the oldest out, and carol sent those again).
+    mesh, topic = alice_and_two_readers(11, repair_interval_ms=60_000)
+    for _ in range(10):
+        for _ in range(500):
+            mesh.do("alice", CellStored(cell(topic, at=mesh.net.now)))
+        mesh.run(1_000)
+    bob, carol = mesh["bob"].engine, mesh["carol"].engine
+    asked = bob.counters.repairs_requested, carol.counters.repairs_requested
+    mesh.run(150_000)
+    assert len(mesh["bob"].cells) == len(mesh["carol"].cells) == 5_000
+    assert bob.counters.repairs_requested - asked[0] >= 2 and carol.counters.repairs_requested - asked[1] >= 2
+    assert mesh["alice"].engine.counters.data_diffs_resent == 0
+    assert (carol.counters.repair_diffs_sent, bob.counters.repair_diffs_sent) == (0, 0)
+    assert bob.counters.drops[Reason.DUPLICATE] == carol.counters.drops[Reason.DUPLICATE] == 0

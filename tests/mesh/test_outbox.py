@@ -92,3 +92,29 @@ def test_once_deliveries_are_reported_a_batch_on_its_way_is_not_resent_early():
     box.delivered("peer", 1, 10)
     box.enqueue("peer", diff(2), 0.5)
     assert box.take("peer", 100).deadline == 6_100  # still on its way after 1 s is no reason to resend
+
+
+def test_a_lone_diff_leaves_at_once_and_diffs_behind_an_unacked_batch_wait_for_its_ack():
+    box = outbox(pacing_ms=5, busy_pacing_ms=100)
+    box.enqueue("peer", diff(1), 0.5)
+    first = box.take("peer", 1_000)
+    assert first is not None  # an idle lane: no wait
+    for seq in range(2, 5):
+        box.enqueue("peer", diff(seq), 0.5)
+    assert box.take("peer", 1_010) is None  # the first batch is out: the others gather
+    assert box.next_deadline() == 1_100
+    assert box.acked("peer", first.batch_id, 1_040)
+    second = box.take("peer", 1_040)  # its ack is back: they leave together, at once
+    assert [d.seq for _, _, d in second.items] == [2, 3, 4]
+
+
+def test_behind_a_slow_ack_diffs_leave_after_the_busy_gap_or_once_a_batch_is_full():
+    box = outbox(pacing_ms=5, busy_pacing_ms=100, max_diffs=8)
+    box.enqueue("peer", diff(1), 0.5)
+    box.take("peer", 0)
+    box.enqueue("peer", diff(2), 0.5)
+    assert box.take("peer", 99) is None
+    assert [d.seq for _, _, d in box.take("peer", 100).items] == [2]  # the gap is over: no ack needed
+    for seq in range(3, 11):
+        box.enqueue("peer", diff(seq), 0.5)
+    assert len(box.take("peer", 105).items) == 8  # a full batch does not wait

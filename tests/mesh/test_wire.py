@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mesh.errors import Reason, WireError
+from mesh.haves import MAX_HAVE_BYTES, MAX_HAVE_ORIGINS, HaveSet
 from mesh.identity import NodeIdentity
 from mesh.wire import (
     BeaconPayload, CellPayload, DiffKind, Envelope, MsgType, PeerPayload, ScenePayload, TombstonePayload,
@@ -76,6 +77,10 @@ def test_encoding_is_canonical():
         Envelope(MsgType.GOSSIP, 1, "a", digest={ME.node_id: 7}, reply_wanted=True),
         Envelope(MsgType.GOSSIP, 1, "a", digest=None),
         Envelope(MsgType.REPAIR_REQUEST, 1, "a", request_id=4, since=10, limit=100, version=3),
+        Envelope(
+            MsgType.REPAIR_REQUEST, 1, "a", request_id=4, since=10, limit=100, version=3,
+            haves=HaveSet.of([(ME.node_id, 3), (ME.node_id, 40), ("ab" * 16, 1)]),
+        ),  # fmt: skip
         Envelope(MsgType.REPAIR_REPLY, 1, "a", request_id=4, upto=20, more=True, ready=False),
         Envelope(MsgType.PING, 1, "a", nonce=42),
         Envelope(MsgType.PONG, 1, "a", nonce=42),
@@ -124,6 +129,19 @@ def test_limits_are_enforced():
 )
 def test_malformed_input_is_one_error_type(data, reason):
     assert _reason(data) == reason
+
+
+def test_a_have_set_is_bounded_and_well_formed():
+    def request(haves):
+        return _raw([], extra=(1, 0, 10, 0, haves), mtype=int(MsgType.REPAIR_REQUEST))
+
+    origin = bytes.fromhex(ME.node_id)
+    assert decode_envelope(request([[origin, 5, b"\x01"]])).haves == HaveSet({ME.node_id: (5, b"\x01")})
+    assert _reason(request([[origin, 0, bytes(MAX_HAVE_BYTES + 1)]])) == Reason.OVERSIZED
+    assert _reason(request([[origin, -1, b"\x01"]])) == Reason.OVERSIZED
+    assert _reason(request([[origin, 0, b"\x01"]] * (MAX_HAVE_ORIGINS + 1))) in (Reason.OVERSIZED, Reason.MALFORMED)
+    assert _reason(request([[b"short", 0, b"\x01"]])) == Reason.MALFORMED
+    assert _reason(request(b"\x00" * 12)) == Reason.MALFORMED  # the old list of keys
 
 
 def test_bad_fields_inside_a_signed_diff():

@@ -64,6 +64,40 @@ async def test_a_batch_of_remote_cells_is_one_write_job_and_reaches_the_inbox(se
     assert link.status()["cells_received"] == 20
 
 
+class _OneBatchEngine:
+    """An engine whose only answer, to the first frame it is handed, is one data batch's cells."""
+
+    def __init__(self, effects: list) -> None:
+        self.effects = effects
+
+    def handle(self, event, now_ms: int) -> list:
+        if isinstance(event, ev.FrameReceived):
+            effects, self.effects = self.effects, []
+            return effects
+        return []
+
+
+async def test_the_daemons_runtime_hands_a_batch_to_the_link_as_one_write_job(service, make_agent):
+    # The daemon gives the runtime a sink that finds the link later (run_mesh's _LazySink);
+    # the runtime batches only when its sink offers apply_many.
+    from mesh.runtime import MemoryHub, MemoryTransport, MeshRuntime
+    from node.mesh_node import _LazySink
+
+    reader, link, origin = await reader_and_link(service, make_agent)
+    batch = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in range(1, 11)]
+    runtime = MeshRuntime(
+        _OneBatchEngine(batch), transport=MemoryTransport(MemoryHub(), source="me"), sink=_LazySink(lambda: link)
+    )
+    jobs = service.db.jobs
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            await runtime.receive_frame("peer", b"frame", reply_within=5)  # returns once handled
+            nursery.cancel_scope.cancel()
+    assert service.db.jobs - jobs == 1, "the batch's cells were not one write job"
+    assert sorted(await inbox_ids(service, reader)) == sorted(e.cell.node_id for e in batch)
+
+
 async def test_one_bad_cell_does_not_hold_back_its_batch(service, make_agent):
     reader, link, origin = await reader_and_link(service, make_agent)
     good = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in range(1, 4)]
