@@ -38,18 +38,6 @@ class MeshConfig:
     # control plane
     gossip_interval_ms: int = 1000
     gossip_jitter: float = 0.25  # fraction of the interval, randomised
-    # While anti-entropy finds nothing to exchange, the period doubles up to this; any change
-    # (a new control diff here, a peer's digest that moved, a peer lacking something) resets it.
-    # None: 4 s in a partial view (idle chatter is most of a large mesh's work); no back-off in
-    # a full view, where gossip is also liveness evidence: at 30 % loss a graceful leave
-    # delivered less with it (0.995 -> 0.975 over 4 seeds, benchmarks/results/simulation.md).
-    gossip_max_interval_ms: int | None = None
-
-    @property
-    def gossip_ceiling_ms(self) -> int:
-        if self.gossip_max_interval_ms is not None:
-            return max(self.gossip_max_interval_ms, self.gossip_interval_ms)
-        return 4 * self.gossip_interval_ms if self.view == "partial" else self.gossip_interval_ms
     # liveness
     probe_interval_ms: int = 2000  # ping a peer not heard from for this long
     ping_timeout_ms: int = 1500

@@ -11,10 +11,7 @@ never touches a socket. Five parts, one module each:
   verified origins, and the alive/suspect/dead liveness table.
 * **control plane** (:mod:`mesh.control`): ``peer``, ``beacon``/``unbeacon`` and
   ``scene`` diffs replicated to every member by Scuttlebutt push-pull anti-entropy
-  with one random live peer every ``gossip_interval_ms``; in a partial view a quiet node
-  backs off, doubling the period up to ``gossip_max_interval_ms`` (4 s), and comes back to
-  the short period at the first sign of change (idle chatter is most of a large mesh's
-  work).
+  with one random live peer every ``gossip_interval_ms``.
 * **data plane** (:mod:`mesh.routing`, :mod:`mesh.outbox`): a stored cell becomes a
   signed diff; the origin matches it against every known beacon and pushes it to the
   owners, batched per peer, highest energy first, acknowledged and retransmitted.
@@ -177,8 +174,6 @@ class MeshEngine:
         self._restored = False  # control state put back from the log (once, at the first Started)
         self._unheard: set[str] = set()  # peers put back from the log, not heard from since
         self._armed: dict[str, int] = {}
-        self._quiet_rounds = 0  # gossip rounds since the control plane last showed a change
-        self._digest_marks: dict[str, tuple[int, int]] = {}  # partial view: peer -> (entries, version sum) of its digest
         self._ping_ids = 0
         self._now = 0
         self._out: list[Effect] = []
@@ -327,11 +322,7 @@ class MeshEngine:
             return  # stale or early: the current deadline is later
         if event.name == _GOSSIP:
             self._gossip_round()
-            period = min(self.config.gossip_interval_ms << min(self._quiet_rounds, 8), self.config.gossip_ceiling_ms)
-            # Quiet means nothing to send either: while diffs wait for acks, every frame from a
-            # peer is evidence it is alive (a lossy link must not get it declared dead).
-            self._quiet_rounds = 0 if self.outbox.busy else self._quiet_rounds + 1
-            self._timers[_GOSSIP] = self._now + self._jitter(period)
+            self._timers[_GOSSIP] = self._now + self._jitter(self.config.gossip_interval_ms)
         elif event.name == _LIVENESS:
             self._liveness_round()
             self._timers[_LIVENESS] = self._now + self.config.probe_interval_ms // 2
@@ -366,16 +357,7 @@ class MeshEngine:
         diff = self._sign_new(payload)
         self.control.apply(diff)
         self.store.put(diff, self._now)
-        self._control_changed()
         self._gossip_round()
-
-    def _control_changed(self) -> None:
-        """Something moved in the control plane: gossip at the short period again."""
-        if self._quiet_rounds:
-            self._quiet_rounds = 0
-            due, cfg = self._timers.get(_GOSSIP), self.config
-            if due is not None and due > self._now + cfg.gossip_interval_ms * (1 + cfg.gossip_jitter):
-                self._timers[_GOSSIP] = self._now + self._jitter(cfg.gossip_interval_ms)  # a backed-off round
 
     # -- sending -----------------------------------------------------------------------
 
@@ -612,23 +594,13 @@ class MeshEngine:
     def _on_gossip(self, env: Envelope, peer: Peer) -> None:
         for diff in env.diffs:
             self._accept_control(diff, env)
-        if env.digest is None:
-            return
-        if self.partial:
-            # A neighbour whose digest moved since its last one has news nearby, which a partial
-            # view fetches only by asking it (we pull known origins only): no time to be quiet.
-            mark = (len(env.digest), sum(env.digest.values()))
-            if self._digest_marks.get(peer.node_id, mark) != mark:
-                self._control_changed()
-            self._digest_marks[peer.node_id] = mark
-        if not env.reply_wanted:
+        if env.digest is None or not env.reply_wanted:
             return
         limits = self.config.limits
         share = self.config.interest_radius - 1 if self.partial else None
         delta = self.control.delta_for(env.digest, limits.max_diffs, self._max_bytes, share)
         need = self.control.needs_from(env.digest, known_only=self.partial)
         if delta or need:
-            self._control_changed()  # the two of us differ: the mesh is not quiet
             self._send(
                 peer.address, MsgType.GOSSIP, tuple(delta),
                 digest=self.control.digest() if need else None, reply_wanted=need, in_reply=True,
@@ -649,7 +621,6 @@ class MeshEngine:
         if not self._admit(diff, env):
             return
         self.control.apply(diff)
-        self._control_changed()
         if self.partial:
             self.control.closer(diff.origin, diff.hops)
         else:

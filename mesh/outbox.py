@@ -197,11 +197,6 @@ class Outbox:
         lane = self._lanes.get(peer_id)
         return len(lane.inflight) if lane else 0
 
-    @property
-    def busy(self) -> bool:
-        """Diffs queued or awaiting an ack."""
-        return bool(self.ready or self._batches)
-
     def next_deadline(self) -> int | None:
         """When the outbox next needs the engine: a pacing gap ends or an ack times out."""
         times = [min(batch.deadline for batch in self._batches.values())] if self._batches else []
