@@ -50,10 +50,9 @@ def main() -> None:
     else:
         result = run(cfg)
     cpu = time.process_time() - started
-    headline = {
-        name: {k: s[k] for k in ("delivery_ratio", "precision", "messages_per_store")}
-        for name, s in result.summary["strategies"].items()
-    }  # fmt: skip
+    keys = ("delivery_ratio", "precision", "messages_per_store", "control_messages_per_store",
+            "warmup_control_messages")  # fmt: skip
+    headline = {name: {k: s.get(k) for k in keys} for name, s in result.summary["strategies"].items()}
     print(json.dumps({
         "config": vars(args), "cpu_s": round(cpu, 1), "load_at_start": load, "load_at_end": os.getloadavg()[0],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "summary": headline,

@@ -34,6 +34,9 @@ class ControlState:
         self._versions: dict[str, int] = {}
         self._entries: dict[str, dict[tuple[str, str], Diff]] = {}
         self.distance: dict[str, int] = {}  # origin -> hops (partial view only)
+        # (max_distance, the origins within it in version order): a partial view shares its
+        # nearest few origins of ~100 known, with every gossip reply; reset when either changes.
+        self._near: tuple[int, list[str]] | None = None
 
     def version(self, origin: str) -> int:
         return self._versions.get(origin, 0)
@@ -53,6 +56,7 @@ class ControlState:
         if known is not None and known <= hops:
             return False
         self.distance[origin] = hops
+        self._near = None
         return True
 
     def entries(self, origin: str) -> Iterable[Diff]:
@@ -63,6 +67,8 @@ class ControlState:
 
     def apply(self, diff: Diff) -> Diff | None:
         """Record a newer diff; returns the entry it supersedes (if any)."""
+        if diff.origin not in self._versions:
+            self._near = None
         entries = self._entries.setdefault(diff.origin, {})
         key = control_key(diff)
         previous = entries.get(key)
@@ -87,6 +93,14 @@ class ControlState:
         self._versions.pop(origin, None)
         self._entries.pop(origin, None)
         self.distance.pop(origin, None)
+        self._near = None
+
+    def _within(self, max_distance: int) -> list[str]:
+        near = self._near
+        if near is None or near[0] != max_distance:
+            dist = self.distance
+            near = self._near = (max_distance, [o for o in self._versions if dist.get(o, 0) <= max_distance])
+        return near[1]
 
     def delta_for(
         self, digest: Mapping[str, int], max_diffs: int, max_bytes: int, max_distance: int | None = None
@@ -94,12 +108,11 @@ class ControlState:
         """Entries newer than ``digest``, as per-origin prefixes, within the limits (and the radius)."""
         out: list[Diff] = []
         size = 0
-        dist = self.distance
-        for origin, version in self._versions.items():
+        dist, versions = self.distance, self._versions
+        pairs = versions.items() if max_distance is None else ((o, versions[o]) for o in self._within(max_distance))
+        for origin, version in pairs:
             theirs = digest.get(origin, 0)
             if version <= theirs:
-                continue
-            if max_distance is not None and dist.get(origin, 0) > max_distance:
                 continue
             newer = sorted((d for d in self._entries[origin].values() if d.seq > theirs), key=lambda d: d.seq)
             hops = None if max_distance is None else dist.get(origin, 0) + 1

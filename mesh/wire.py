@@ -21,9 +21,10 @@ for any malformed input, never another exception type.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
 import msgpack
@@ -49,6 +50,7 @@ __all__ = [
     "sign_diff",
     "diff_key",
     "decode_signed",
+    "share_data_payloads",
     "encode_envelope",
     "decode_envelope",
     "CONTROL_KINDS",
@@ -424,9 +426,29 @@ def _decode_body(kind: DiffKind, body: list, limits: WireLimits, signed_len: int
 # hosting many engines (the simulator) or re-reading its log decodes the same signed bytes
 # over and over. Their payloads are immutable (strings, tuples, a read-only vector), so the
 # decoded header and payload are kept, keyed by the exact signed bytes and the limits.
-_SHAREABLE_KINDS = frozenset({3, 4, 6})  # BEACON, UNBEACON, PEER (scenes carry a mutable map)
+_SHAREABLE_KINDS = {3, 4, 6}  # BEACON, UNBEACON, PEER (scenes carry a mutable map)
 _DECODED: dict[tuple[bytes, WireLimits], tuple[DiffKind, str, int, int, Payload]] = {}
 _DECODED_MAX = 100_000
+
+
+@contextlib.contextmanager
+def share_data_payloads() -> Iterator[None]:
+    """Within this block, keep decoded cell and tombstone diffs too (a simulator's opt-in).
+
+    A simulator relays one cell diff between thousands of engines in one process, and each
+    of them decodes the same signed bytes. A cell's payload holds mutable maps (metadata,
+    source_ref), so sharing it is safe only where nothing edits a payload it was handed:
+    the simulator, not a node whose store may.
+    """
+    data = {int(DiffKind.CELL), int(DiffKind.TOMBSTONE)}
+    added = data - _SHAREABLE_KINDS
+    _SHAREABLE_KINDS.update(added)
+    try:
+        yield
+    finally:
+        _SHAREABLE_KINDS.difference_update(added)
+        for key in [k for k, v in _DECODED.items() if v[0] in added]:
+            del _DECODED[key]
 
 
 def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: WireLimits = DEFAULT_LIMITS) -> Diff:

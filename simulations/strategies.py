@@ -22,7 +22,9 @@ from typing import Any, Callable, Protocol
 from mesh.events import CellStored, Effect, FrameReceived, SendFrame, StoreRemoteCell
 from mesh.team import FRAME_OVERHEAD, Team
 from mesh.testing import START_MS, Host, PlainSealer
-from mesh.wire import CellPayload, Envelope, MsgType, decode_envelope, encode_envelope, sign_diff
+from mesh.wire import (
+    CellPayload, Envelope, MsgType, decode_envelope, encode_envelope, share_data_payloads, sign_diff,
+)  # fmt: skip
 from node.energy import EnergyModel
 
 from .metrics import Recorder
@@ -79,6 +81,11 @@ class Hyphae:
     name = "hyphae"
 
     def run(self, ctx: Context) -> Outcome:
+        # Every engine still decodes every frame; the cell diffs they relay share one decoding.
+        with share_data_payloads():
+            return self._run(ctx)
+
+    def _run(self, ctx: Context) -> Outcome:
         w, n = ctx.workload, ctx.workload.spec.nodes
         team = Team("simulation", hashlib.blake2b(f"team:{ctx.seed}".encode(), digest_size=32).digest())
         config = {"view": ctx.view, **ctx.mesh_config}

@@ -13,7 +13,7 @@ from mesh.haves import MAX_HAVE_BYTES, MAX_HAVE_ORIGINS, HaveSet
 from mesh.identity import NodeIdentity
 from mesh.wire import (
     BeaconPayload, CellPayload, DiffKind, Envelope, MsgType, PeerPayload, ScenePayload, TombstonePayload,
-    UnbeaconPayload, WireLimits, decode_envelope, decode_signed, encode_envelope, sign_diff,
+    UnbeaconPayload, WireLimits, decode_envelope, decode_signed, encode_envelope, share_data_payloads, sign_diff,
 )  # fmt: skip
 
 ME = NodeIdentity.generate()
@@ -187,3 +187,14 @@ def test_mutated_envelopes_raise_only_wire_errors(data):
 
 def test_kinds_are_stable():
     assert [k.name for k in DiffKind] == ["CELL", "TOMBSTONE", "BEACON", "UNBEACON", "SCENE", "PEER"]
+
+
+def test_cell_decodings_are_shared_only_inside_the_simulators_context():
+    diff = signed(cell(content="shared between simulated engines"), seq=7)
+    again = lambda hops: decode_signed(diff.signed, diff.signature, hops, 0)  # noqa: E731
+    assert again(1).payload is not again(1).payload  # a node's store may edit what it is handed
+    with share_data_payloads():
+        first, relayed = again(1), again(2)
+        assert relayed.payload is first.payload and relayed.payload == diff.payload
+        assert (relayed.hops, first.hops) == (2, 1)  # the routing fields are still read per frame
+    assert again(1).payload is not first.payload  # forgotten when the context ends
