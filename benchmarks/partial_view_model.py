@@ -18,6 +18,8 @@ Rules, where a node holding the cell first receives it:
 * ``leafwalk``: as current, and an interested node that knows no other interest walks on too.
 * ``community``: as current, but relay through every node whose beacon matches the cell's vector,
   its type/salience filters aside (more relays, lower precision).
+* ``near``: as current, but a relay that wanted the cell pushes only to the interested among its
+  neighbours (radius 1), not to every interest it knows: fewer duplicates where radii overlap.
 
 ``--semantic S`` gives each node up to S neighbours chosen by beacon similarity within the cap of
 8 (an ideal outcome of T-Man-like neighbour selection). ``--chosen S`` links each node to its S
@@ -43,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from node.energy import EnergyModel  # noqa: E402
 from simulations.workload import Workload, WorkloadSpec  # noqa: E402
 
-RULES = ("old", "current", "leafwalk", "community")
+RULES = ("old", "current", "leafwalk", "community", "near")
 
 
 def overlay(
@@ -107,6 +109,7 @@ def main() -> None:
     vectors = np.stack([b.payload.embedding for b in w.beacons])
     adj = overlay(args.nodes, rng, vectors, args.semantic, chosen=args.chosen)
     known = [ball(adj, v, args.radius) for v in range(args.nodes)]
+    near = [ball(adj, v, 1) for v in range(args.nodes)]
     thresholds = np.array([b.payload.threshold for b in w.beacons])
     interested = reached = messages = cells = 0
     by_budget: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
@@ -123,7 +126,8 @@ def main() -> None:
         queue = collections.deque([(c.origin, -1, budget - 1, True)])  # node, sender, ttl of its copy, origin?
         while queue:
             u, sender, ttl, origin = queue.popleft()
-            owners = (known[u] & wanted) - {u, sender, c.origin}
+            nearby = args.rule == "near" and not origin and u in wanted
+            owners = ((near[u] if nearby else known[u]) & wanted) - {u, sender, c.origin}
             sends = [(y, ttl) for y in owners]
             if args.rule == "old" and not origin:
                 sends = [(y, ttl - 1) for y in owners] if ttl > 0 else []

@@ -79,3 +79,6 @@ class MeshConfig:
     # (T-Man style): nodes of like interest end up within each other's radius. 0: random only.
     interest_neighbours: int = 4
     steer_walk: bool = True  # a walk goes to the neighbour whose beacon is nearest the cell
+    # A relay that wanted the cell pushes to the interests it knows within this many hops (the
+    # origin and a walk's end, to all they know): beyond, other holders are as near.
+    relay_radius: int = 1

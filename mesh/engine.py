@@ -145,7 +145,7 @@ class MeshEngine:
             self.router = PartialView(
                 self.node_id, self.beacons, energy,
                 lambda: [p.node_id for p in self.peers.neighbours(PeerState.ALIVE, PeerState.SUSPECT)], self._rng.choice,
-                self.own_beacons, steer=config.steer_walk,
+                self.own_beacons, steer=config.steer_walk, near=self._within(config.relay_radius),
             )  # fmt: skip
         else:
             self.router = FullView(self.node_id, self.beacons, energy)
@@ -191,6 +191,13 @@ class MeshEngine:
             MsgType.REPAIR_REQUEST: self._on_repair_request, MsgType.REPAIR_REPLY: self._on_repair_reply,
             MsgType.PING: self._on_ping, MsgType.PONG: lambda env, peer: None,
         }  # fmt: skip
+
+    def _within(self, hops: int) -> Callable[[str], bool] | None:
+        """Partial view: is a node at most ``hops`` away (None: no limit short of the radius)."""
+        if hops >= self.config.interest_radius:
+            return None
+        distance = self.control.distance
+        return lambda node_id: distance.get(node_id, hops + 1) <= hops
 
     # -- the one entry point -----------------------------------------------------------
 

@@ -294,6 +294,7 @@ class PartialView:
     def __init__(
         self, self_id: str, index: BeaconIndex, energy: EnergyParams, neighbours: Callable[[], list[str]],
         choose: Callable[[list[str]], str], mine: BeaconIndex | None = None, steer: bool = False,
+        near: Callable[[str], bool] | None = None,
     ) -> None:  # fmt: skip
         self.self_id = self_id
         self.index = index
@@ -302,6 +303,10 @@ class PartialView:
         self.choose = choose
         self.mine = mine if mine is not None else BeaconIndex()
         self.steer = steer  # walk toward the neighbour whose beacon is nearest the cell, not at random
+        # A relay that wanted the cell itself pushes only to the owners ``near`` admits (its own
+        # neighbourhood): interest beyond it is as near to other holders, and each push there
+        # from every holder that knows it was a duplicate. None: to every owner it knows.
+        self.near = near
 
         self.walked: frozenset[str] = frozenset()  # the walk hop among the last targets returned
 
@@ -309,7 +314,10 @@ class PartialView:
         self.walked = frozenset()
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         owners = {e.owner for e in self.index.match(cell, e0, now, self.energy)} - exclude
-        if owners or budget <= 0 or (relay and self.mine.match(cell, e0, now, self.energy)):
+        wanted = relay and bool(self.mine.match(cell, e0, now, self.energy))
+        if wanted and self.near is not None:
+            owners = {o for o in owners if self.near(o)}
+        if owners or budget <= 0 or wanted:
             return owners
         # No interest in sight: a neighbour we hand it to sees another radius (its own
         # neighbours' interests we already know, so only worth it if it may relay on).
