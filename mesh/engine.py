@@ -614,6 +614,8 @@ class MeshEngine:
         share = self.config.interest_radius - 1 if self.partial else None
         delta = self.control.delta_for(env.digest, limits.max_diffs, self._max_bytes, share)
         need = self.control.needs_from(env.digest, known_only=self.partial)
+        if self.partial and not need and self.control.version(peer.node_id) < env.digest.get(peer.node_id, 0):
+            need = True  # its own diffs, even new to us: it is one hop away (it may have chosen us)
         if delta or need:
             self._send(
                 peer.address, MsgType.GOSSIP, tuple(delta),
@@ -701,6 +703,7 @@ class MeshEngine:
         for peer in chosen:
             if not peer.neighbour:  # one already a random neighbour stays one, and counts
                 peer.neighbour = peer.chosen = True
+                self.control.closer(peer.node_id, 1)  # a neighbour: what it signs we share onward
 
     def _send_gossip(self, address: str) -> None:
         self._send(address, MsgType.GOSSIP, digest=self.control.digest(), reply_wanted=True)

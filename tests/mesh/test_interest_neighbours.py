@@ -139,3 +139,15 @@ def test_an_unsteered_walk_goes_to_any_neighbour():
     net = hub(steer=False)
     assert len(net.hosts["b"].cells) < 6
     assert sum(len(net.hosts[n].cells) for n in "bcd") == 6
+
+
+def test_a_chosen_neighbour_counts_the_chooser_one_hop_away():
+    """A node it chose (a stranger, often full of random neighbours) learns the chooser's own
+    diffs from its gossip, so each holds the other one hop away and relays to it."""
+    net, _ = community_mesh(interest_neighbours=4)
+    net.run_for(60_000)
+    ids = {name: host.node_id for name, host in net.hosts.items()}
+    for name, host in net.hosts.items():
+        for peer in host.engine.peers.neighbours():
+            assert host.engine.control.distance.get(peer.node_id) == 1
+            assert net.hosts[peer.address].engine.control.distance.get(ids[name]) == 1
