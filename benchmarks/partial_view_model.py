@@ -18,9 +18,14 @@ Rules, where a node holding the cell first receives it:
 * ``leafwalk``: as current, and an interested node that knows no other interest walks on too.
 * ``community``: as current, but relay through every node whose beacon matches the cell's vector,
   its type/salience filters aside (more relays, lower precision).
+* ``near``: as current, but a relay that wanted the cell pushes only to the interested among its
+  neighbours (radius 1), not to every interest it knows: fewer duplicates where radii overlap.
 
-``--semantic S`` gives each node up to S neighbours chosen by beacon similarity (an ideal
-outcome of T-Man-like neighbour selection, which the engine does not have).
+``--semantic S`` gives each node up to S neighbours chosen by beacon similarity within the cap of
+8 (an ideal outcome of T-Man-like neighbour selection). ``--chosen S`` links each node to its S
+nearest beacons mesh-wide beside the random links, uncapped and both ways (the engine's
+``interest_neighbours`` once converged, with every link known from both ends: an upper bound on
+what it learns). ``--steer`` walks to the neighbour whose beacon is nearest the cell.
 
 Messages count every push, duplicates included, as the harness does.
 """
@@ -40,11 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from node.energy import EnergyModel  # noqa: E402
 from simulations.workload import Workload, WorkloadSpec  # noqa: E402
 
-RULES = ("old", "current", "leafwalk", "community")
+RULES = ("old", "current", "leafwalk", "community", "near")
 
 
 def overlay(
-    n: int, rng: random.Random, vectors: np.ndarray, semantic: int = 0, seeds: int = 3, cap: int = 8
+    n: int, rng: random.Random, vectors: np.ndarray, semantic: int = 0, seeds: int = 3, cap: int = 8,
+    chosen: int = 0,
 ) -> list[list[int]]:
     """Random seeds as the harness draws them; then, with ``semantic``, up to that many links per
     node to the nodes with the most similar beacon while both have room (an ideal T-Man/Vicinity
@@ -53,6 +59,14 @@ def overlay(
     for i in range(n):
         for j in rng.sample(range(n), seeds):
             if j != i and len(adj[j]) < cap:
+                adj[i].add(j)
+                adj[j].add(i)
+    for start in range(0, n if chosen else 0, 1000):  # the engine's interest_neighbours: no cap
+        sims = vectors[start : start + 1000] @ vectors.T
+        for k, row in enumerate(sims):
+            i = start + k
+            row[i] = -np.inf
+            for j in np.argpartition(-row, chosen)[:chosen].tolist():
                 adj[i].add(j)
                 adj[j].add(i)
     for start in range(0, n if semantic else 0, 1000):
@@ -86,13 +100,16 @@ def main() -> None:
     p.add_argument("--radius", type=int, default=2)
     p.add_argument("--rule", choices=RULES, default="current")
     p.add_argument("--semantic", type=int, default=0, help="neighbour links chosen by beacon similarity")
+    p.add_argument("--chosen", type=int, default=0, help="links to each node's nearest beacons mesh-wide, beside the random ones (the engine's interest_neighbours, converged)")
+    p.add_argument("--steer", action="store_true", help="walk to the neighbour whose beacon is nearest the cell")
     args = p.parse_args()
     energy = EnergyModel()
     w = Workload(WorkloadSpec(nodes=args.nodes, stores=args.stores, dim=64, beacons_per_node=1), 1, energy)
     rng = random.Random(1)
     vectors = np.stack([b.payload.embedding for b in w.beacons])
-    adj = overlay(args.nodes, rng, vectors, args.semantic)
+    adj = overlay(args.nodes, rng, vectors, args.semantic, chosen=args.chosen)
     known = [ball(adj, v, args.radius) for v in range(args.nodes)]
+    near = [ball(adj, v, 1) for v in range(args.nodes)]
     thresholds = np.array([b.payload.threshold for b in w.beacons])
     interested = reached = messages = cells = 0
     by_budget: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
@@ -109,7 +126,8 @@ def main() -> None:
         queue = collections.deque([(c.origin, -1, budget - 1, True)])  # node, sender, ttl of its copy, origin?
         while queue:
             u, sender, ttl, origin = queue.popleft()
-            owners = (known[u] & wanted) - {u, sender, c.origin}
+            nearby = args.rule == "near" and not origin and u in wanted
+            owners = ((near[u] if nearby else known[u]) & wanted) - {u, sender, c.origin}
             sends = [(y, ttl) for y in owners]
             if args.rule == "old" and not origin:
                 sends = [(y, ttl - 1) for y in owners] if ttl > 0 else []
@@ -120,7 +138,8 @@ def main() -> None:
                     walk = True if origin else (ttl > 0 and (u not in wanted or args.rule == "leafwalk"))
                 nb = [x for x in adj[u] if x not in (u, sender, c.origin)]
                 if walk and nb:
-                    sends = [(rng.choice(nb), ttl if origin else ttl - 1)]
+                    to = max(nb, key=lambda x: float(vectors[x] @ c.vector)) if args.steer else rng.choice(nb)
+                    sends = [(to, ttl if origin else ttl - 1)]
             for y, t in sends:
                 messages += 1
                 if y not in got:
@@ -134,7 +153,7 @@ def main() -> None:
         by_budget[budget][1] += hit
     budgets = ", ".join(f"{b}: {v[1] / v[0]:.3f}" for b, v in sorted(by_budget.items()))
     print(
-        f"N={args.nodes} rule={args.rule} radius={args.radius} semantic={args.semantic} delivery={reached / interested:.3f} "
+        f"N={args.nodes} rule={args.rule} radius={args.radius} semantic={args.semantic} chosen={args.chosen} steer={args.steer} delivery={reached / interested:.3f} "
         f"messages/store={messages / cells:.1f} interested/store={interested / cells:.1f} by budget {{{budgets}}}"
     )
 

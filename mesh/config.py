@@ -77,3 +77,11 @@ class MeshConfig:
     # partial view (view="partial"): a bounded set of gossip neighbours, interests known within a radius
     max_neighbours: int = 8  # active view: peers we gossip and ping
     interest_radius: int = 2  # hops over which control diffs (peers, beacons) replicate
+    # Besides the random ones (seeds, peers that gossip with us while there is room), this many
+    # neighbours chosen each gossip round as the known nodes whose beacons are nearest our own
+    # (T-Man style): nodes of like interest end up within each other's radius. 0: random only.
+    interest_neighbours: int = 4
+    steer_walk: bool = True  # a walk goes to the neighbour whose beacon is nearest the cell
+    # A relay that wanted the cell pushes to the interests it knows within this many hops (the
+    # origin and a walk's end, to all they know): beyond, other holders are as near.
+    relay_radius: int = 1

@@ -22,7 +22,9 @@ never touches a socket. Five parts, one module each:
   when that peer comes back.
 * **views**: ``view="full"`` (the LAN default) knows every member and beacon and
   routes with :class:`FullView`. ``view="partial"`` (large meshes) gossips with at most
-  ``max_neighbours`` neighbours, replicates control diffs only ``interest_radius`` hops
+  ``max_neighbours`` random neighbours plus ``interest_neighbours`` chosen each round as
+  the known nodes whose beacons are nearest its own (T-Man style, so nodes of like
+  interest end up within each other's radius), replicates control diffs only ``interest_radius`` hops
   (:mod:`mesh.control`), pushes data straight to the beacon owners it knows (contacts
   from ``peer`` diffs within the radius); recipients relay to the interests they know,
   and only a walk toward unseen interest spends the hop budget (:class:`PartialView`).
@@ -145,7 +147,7 @@ class MeshEngine:
             self.router = PartialView(
                 self.node_id, self.beacons, energy,
                 lambda: [p.node_id for p in self.peers.neighbours(PeerState.ALIVE, PeerState.SUSPECT)], self._rng.choice,
-                self.own_beacons,
+                self.own_beacons, steer=config.steer_walk, near=self._within(config.relay_radius),
             )  # fmt: skip
         else:
             self.router = FullView(self.node_id, self.beacons, energy)
@@ -192,6 +194,13 @@ class MeshEngine:
             MsgType.REPAIR_REQUEST: self._on_repair_request, MsgType.REPAIR_REPLY: self._on_repair_reply,
             MsgType.PING: self._on_ping, MsgType.PONG: lambda env, peer: None,
         }  # fmt: skip
+
+    def _within(self, hops: int) -> Callable[[str], bool] | None:
+        """Partial view: is a node at most ``hops`` away (None: no limit short of the radius)."""
+        if hops >= self.config.interest_radius:
+            return None
+        distance = self.control.distance
+        return lambda node_id: distance.get(node_id, hops + 1) <= hops
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -510,7 +519,8 @@ class MeshEngine:
         if self.partial and (is_new or not peer.neighbour):
             # A neighbour is a seed we contacted, or a peer that gossips with us while there is room.
             peer.neighbour = invited or (
-                mtype is MsgType.GOSSIP and len(self.peers.neighbours()) < self.config.max_neighbours
+                mtype is MsgType.GOSSIP
+                and sum(not p.chosen for p in self.peers.neighbours()) < self.config.max_neighbours
             )
         if is_new:
             self._out.append(PeerStateChanged(sender_id, peer.address, peer.state.value))
@@ -595,6 +605,10 @@ class MeshEngine:
     # -- receiving: the control plane --------------------------------------------------
 
     def _on_gossip(self, env: Envelope, peer: Peer) -> None:
+        if self.partial and peer.node_id in self.control.distance:
+            # It gossips with us: one hop away, however far its diffs first came from (a
+            # neighbour chosen for its interest was often known at two hops), so we share them.
+            self.control.closer(peer.node_id, 1)
         for diff in env.diffs:
             self._accept_control(diff, env)
         if env.digest is None or not env.reply_wanted:
@@ -603,6 +617,8 @@ class MeshEngine:
         share = self.config.interest_radius - 1 if self.partial else None
         delta = self.control.delta_for(env.digest, limits.max_diffs, self._max_bytes, share)
         need = self.control.needs_from(env.digest, known_only=self.partial)
+        if self.partial and not need and self.control.version(peer.node_id) < env.digest.get(peer.node_id, 0):
+            need = True  # its own diffs, even new to us: it is one hop away (it may have chosen us)
         if delta or need:
             self._send(
                 peer.address, MsgType.GOSSIP, tuple(delta),
@@ -653,6 +669,8 @@ class MeshEngine:
                 self._send_gossip(peer.address)  # it restarted elsewhere: try there now, not at the next probe
 
     def _gossip_round(self) -> None:
+        if self.partial and self.config.interest_neighbours:
+            self._choose_neighbours()
         live = (self.peers.neighbours if self.partial else self.peers.in_state)(PeerState.ALIVE, PeerState.SUSPECT)
         if live:
             self._send_gossip(self._rng.choice(live).address)
@@ -661,6 +679,34 @@ class MeshEngine:
             if due <= now:
                 self._contacts[address] = now + self.config.dead_probe_interval_ms
                 self._send_gossip(address)
+
+    def _choose_neighbours(self) -> None:
+        """Partial view, T-Man style: take as neighbours the known nodes whose beacons are nearest
+        our own. Gossip with them brings their neighbourhoods' beacons within our radius, among
+        them nearer nodes still, chosen next round: nodes of like interest draw together, so a
+        cell that reaches one of them is within reach of the others. The random neighbours stay
+        (the seeds are never let go), and keep the mesh connected across interests."""
+        want, probes = self.config.interest_neighbours, self.own_beacons.vectors()
+        chosen: list[Peer] = []
+        for node_id in self.beacons.nearest_owners(probes, 2 * want) if probes else ():
+            peer = self.peers.get(node_id)
+            if peer is None:
+                if node_id not in self.contacts:
+                    continue
+                peer, _ = self.peers.learn(node_id, self.contacts[node_id], self._now)
+                peer.neighbour = False
+            if peer.state is not PeerState.DEAD:
+                chosen.append(peer)
+                if len(chosen) == want:
+                    break
+        keep = {p.node_id for p in chosen}
+        for peer in self.peers.neighbours():
+            if peer.chosen and peer.node_id not in keep:
+                peer.chosen = peer.neighbour = False  # a data contact again
+        for peer in chosen:
+            if not peer.neighbour:  # one already a random neighbour stays one, and counts
+                peer.neighbour = peer.chosen = True
+                self.control.closer(peer.node_id, 1)  # a neighbour: what it signs we share onward
 
     def _send_gossip(self, address: str) -> None:
         self._send(address, MsgType.GOSSIP, digest=self.control.digest(), reply_wanted=True)

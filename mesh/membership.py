@@ -14,8 +14,9 @@ a send the runtime could not make, or a batch given up; EXPIRED is "suspect for
 ``suspect_timeout_ms``". Peers learned from gossip start alive (optimistic): a
 failed probe corrects that within a few seconds.
 
-In a partial view only *neighbours* (at most ``max_neighbours``: the seeds we contacted
-and the peers that gossip with us while there is room) are gossiped with and pinged;
+In a partial view only *neighbours* (the seeds we contacted, the peers that gossip with us
+while fewer than ``max_neighbours`` random ones are taken, and ``interest_neighbours`` chosen
+for their beacons) are gossiped with and pinged;
 other peers are contacts we push data to directly, learned from ``peer`` diffs within
 the interest radius, whose liveness comes from acks and failed sends.
 """
@@ -64,6 +65,7 @@ class Peer:
     ping_nonce: int = 0  # outstanding ping, 0 if none
     ping_sent_at: int = 0
     neighbour: bool = True  # in a partial view: gossiped with and pinged, not just sent data
+    chosen: bool = False  # a neighbour we chose for its interest (partial view), not a random one
     rank: int = 0  # position in the table (iteration order), breaks ties between equally silent peers
     silence_key: int = 0  # the key of its entry in the table's silence heap
 

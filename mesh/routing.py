@@ -18,7 +18,9 @@ Routing policies decide where a diff goes:
   end by themselves, since each goes to a node that wants the cell and a node relays a
   cell once, on first receipt. Where a node knows no matching beacon and wanted the
   cell no more than its origin did, it hands the cell to one neighbour (a walk toward
-  interest it cannot see); only these hops spend the budget.
+  interest it cannot see); only these hops spend the budget. The walk is steered: to the
+  neighbour whose beacon is nearest the cell (the engine also chooses some neighbours for
+  interest like its own, so that heads into the cell's community).
 """
 
 from __future__ import annotations
@@ -172,6 +174,38 @@ class BeaconIndex:
     def owners(self) -> set[str]:
         return set(self._by_owner)
 
+    def vectors(self) -> dict[tuple[str, str], np.ndarray]:
+        """The live beacon vectors per (tenant, space), one row each."""
+        return {key: g.matrix[: g.n][g.alive[: g.n]] for key, g in self._groups.items() if g.n > g.dead}
+
+    def nearest_owners(self, probes: dict[tuple[str, str], np.ndarray], count: int) -> list[str]:
+        """Up to ``count`` owners, ranked by their beacon most similar to any ``probes`` vector of
+        the same (tenant, space), best first; ties by owner id, so the order is reproducible.
+        Vectorised (it runs every gossip round): only each group's top rows are looked at, a few
+        per wanted owner, which may return fewer than ``count`` when owners hold many beacons."""
+        best: dict[str, float] = {}
+        for key, probe in probes.items():
+            group = self._groups.get(key)
+            if group is None or group.n == group.dead or probe.shape[1] != group.dim:
+                continue
+            rows = np.flatnonzero(group.alive[: group.n])
+            sims = (group.matrix[rows] @ probe.T).max(axis=1)
+            top = min(len(rows), 4 * count)
+            for k in np.argpartition(-sims, top - 1)[:top].tolist():
+                owner, sim = group.entries[rows[k]].owner, float(sims[k])  # type: ignore[union-attr]
+                if sim > best.get(owner, -2.0):
+                    best[owner] = sim
+        return sorted(best, key=lambda o: (-best[o], o))[:count]
+
+    def likeness(self, owner: str, cell: CellPayload) -> float:
+        """How close ``owner``'s nearest beacon is to ``cell`` (cosine; -2 if we know none)."""
+        sims = [
+            float(e.beacon.embedding @ cell.embedding) for e in self._by_owner.get(owner, {}).values()
+            if e.beacon.tenant_id == cell.tenant_id and e.beacon.embedding_space == cell.embedding_space
+            and e.beacon.embedding.shape == cell.embedding.shape
+        ]  # fmt: skip
+        return max(sims, default=-2.0)
+
     def match(self, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> list[IndexedBeacon]:
         """Every live beacon that accepts ``cell`` (DESIGN §4 matching and filters)."""
         group = self._groups.get((cell.tenant_id, cell.embedding_space))
@@ -259,7 +293,8 @@ class PartialView:
 
     def __init__(
         self, self_id: str, index: BeaconIndex, energy: EnergyParams, neighbours: Callable[[], list[str]],
-        choose: Callable[[list[str]], str], mine: BeaconIndex | None = None,
+        choose: Callable[[list[str]], str], mine: BeaconIndex | None = None, steer: bool = False,
+        near: Callable[[str], bool] | None = None,
     ) -> None:  # fmt: skip
         self.self_id = self_id
         self.index = index
@@ -267,6 +302,11 @@ class PartialView:
         self.neighbours = neighbours
         self.choose = choose
         self.mine = mine if mine is not None else BeaconIndex()
+        self.steer = steer  # walk toward the neighbour whose beacon is nearest the cell, not at random
+        # A relay that wanted the cell itself pushes only to the owners ``near`` admits (its own
+        # neighbourhood): interest beyond it is as near to other holders, and each push there
+        # from every holder that knows it was a duplicate. None: to every owner it knows.
+        self.near = near
 
         self.walked: frozenset[str] = frozenset()  # the walk hop among the last targets returned
 
@@ -274,15 +314,29 @@ class PartialView:
         self.walked = frozenset()
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         owners = {e.owner for e in self.index.match(cell, e0, now, self.energy)} - exclude
-        if owners or budget <= 0 or (relay and self.mine.match(cell, e0, now, self.energy)):
+        wanted = relay and bool(self.mine.match(cell, e0, now, self.energy))
+        if wanted and self.near is not None:
+            owners = {o for o in owners if self.near(o)}
+        if owners or budget <= 0 or wanted:
             return owners
         # No interest in sight: a neighbour we hand it to sees another radius (its own
         # neighbours' interests we already know, so only worth it if it may relay on).
         candidates = sorted(set(self.neighbours()) - exclude)
         if not candidates:
             return set()
-        self.walked = frozenset({self.choose(candidates)})
+        self.walked = frozenset({self._walk_to(candidates, cell)})
         return set(self.walked)
+
+    def _walk_to(self, candidates: list[str], cell: CellPayload) -> str:
+        """Steered: the neighbour whose beacon is nearest the cell (on an overlay that links
+        nodes of like interest, that heads into the cell's community); else, or when no
+        neighbour's beacon is known, one at random."""
+        if self.steer:
+            likeness = {c: self.index.likeness(c, cell) for c in candidates}
+            best = max(candidates, key=lambda c: likeness[c])  # the first of equals: candidates are sorted
+            if likeness[best] > -2.0:
+                return best
+        return self.choose(candidates)
 
     def origin_targets(self, diff: Diff, cell: CellPayload, now: int) -> set[str]:
         """``diff`` as it goes out: its ``ttl`` is what the first receiver may still spend."""

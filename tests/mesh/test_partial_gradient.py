@@ -54,3 +54,24 @@ def test_without_interest_in_sight_the_walk_ends_with_the_budget():
     net.run_for(5_000)
     assert {n for n in LINE if stored.node_id in net.hosts[n].cells} == {"b", "c"}
     assert sent(net) == 2
+
+
+def test_a_relay_that_wanted_the_cell_pushes_within_its_neighbourhood_only():
+    """Radius 2, everyone but ``a`` interested. ``a`` pushes to the two it knows (b, c); a relay
+    that wanted the cell then pushes to the interests one hop away only: interest two hops away
+    is one hop from another holder, which pushes it there too. Same reach, about half the copies
+    (which holder pushes first depends on the link latencies)."""
+    reached, copies = {}, {}
+    for relay_radius in (1, 2):
+        net = line(2, interest_neighbours=0, relay_radius=relay_radius)  # the hand-drawn line, fixed
+        topic = unit(41)
+        for name in LINE[1:]:
+            net.inject(name, BeaconPlaced(beacon(topic, agent=f"agent-{name}")))
+        net.run_for(30_000)
+        stored = cell(near(topic, 0.95), salience=1.0, at=net.now)
+        net.inject("a", CellStored(stored))
+        net.run_for(5_000)
+        reached[relay_radius] = {n for n in LINE if stored.node_id in net.hosts[n].cells}
+        copies[relay_radius] = sent(net)
+    assert reached[1] == reached[2] == {"b", "c", "d", "e"}
+    assert copies[1] <= 6 and copies[2] >= 9  # 5 and 10 run alone; the ids earlier tests drew shift who pushes first

@@ -59,7 +59,7 @@ def test_neighbours_are_bounded_and_the_overlay_is_who_was_introduced():
 
 @pytest.mark.parametrize("radius, known", [(1, {"b"}), (2, {"b", "c"}), (3, {"b", "c", "d"})])
 def test_interests_are_learned_within_the_radius_only(radius, known):
-    net = line(radius)
+    net = line(radius, interest_neighbours=0)  # the radius is read off the hand-drawn line: keep it fixed
     for name in LINE[1:]:
         net.inject(name, BeaconPlaced(beacon(unit(LINE.index(name)), agent=f"agent-{name}")))
     net.run_for(30_000)
