@@ -331,7 +331,7 @@ async def test_submitted_events_are_handled_in_order_after_started():
 
 async def test_a_cell_reaches_the_interested_node_only(capsys):
     a, b, c = make_nodes("alice", "bob", "carol")
-    with trio.fail_after(15):
+    with trio.fail_after(45):  # generous: on a machine at load 20-30 one delivery took over 2 s
         async with trio.open_nursery() as nursery:
             await start_mesh(nursery, [a, b, c])
             wanted, unrelated = beacon(unit(1)), beacon(unit(2))
@@ -345,7 +345,7 @@ async def test_a_cell_reaches_the_interested_node_only(capsys):
                 stored = cell(unit(1), created_at=wall_ms())
                 stored_at = trio.current_time()
                 a.submit(CellStored(stored))
-                await eventually(lambda: stored.node_id in b.sink.cells(), 2, "the cell reaching bob")
+                await eventually(lambda: stored.node_id in b.sink.cells(), 6, "the cell reaching bob")
                 latencies.append((b.sink.arrived_at(stored.node_id) - stored_at) * 1000)
             await trio.sleep(0.3)
             got = b.sink.cells()[stored.node_id]
