@@ -147,10 +147,16 @@ def scale_table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> s
 
 
 def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
-    h, ref = results.get("hyphae"), results.get("reference")
+    h, ref, floor = results.get("hyphae"), results.get("reference"), results.get("floor")
+    lines = []
+    if floor and ref and "error" not in floor and "error" not in ref:
+        # What 5x the reference would need against what the client lets any server reach.
+        lines.append(f"no-op server / reference: stores/s {floor['store']['per_s'] / ref['store']['per_s']:.2f}x, "
+                     f"searches/s {floor['search_first_pass']['per_s'] / ref['search_first_pass']['per_s']:.2f}x "
+                     "(the most any server can reach through this client)")
     if not h or not ref or "error" in h or "error" in ref:
-        return []
-    return [
+        return lines
+    return lines + [
         f"Hyphae / reference stores/s: {h['store']['per_s'] / ref['store']['per_s']:.2f}x (target >= 5x)",
         f"Hyphae / reference searches/s (new queries): "
         f"{h['search_first_pass']['per_s'] / ref['search_first_pass']['per_s']:.2f}x (target >= 5x)",

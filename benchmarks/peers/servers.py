@@ -458,4 +458,39 @@ def _terminate(pid: int, grace: float = 10.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-PEERS: dict[str, type[Peer]] = {"hyphae": Hyphae, "reference": Reference, "amo": AgentMemoryOS, "qdrant": Qdrant}
+# -- the floor ---------------------------------------------------------------------------------
+
+
+class NullServer(Peer):
+    """``null_server.py``: a stdio server that does no work (see its docstring). Not a peer: the
+    ceiling that the SDK client, the pipes and JSON framing put on any server in this harness."""
+
+    name = "floor"
+    label = "no-op server (client floor)"
+
+    def _install(self) -> None:
+        pass
+
+    def version(self) -> str:
+        return "benchmarks/peers/null_server.py"
+
+    def new_store(self, root: Path) -> Store:
+        path = root / "null-memory.jsonl"
+        return Store(path, {"NULL_MEMORY_FILE": str(path)})
+
+    def params(self, store: Store):
+        return self._sdk(sys.executable, [str(HERE / "null_server.py")], store.env)
+
+    async def store(self, client: Any, text: str, kind: str, tag: str) -> str:
+        return payload(await client.call_tool("remember", {"text": text, "key": tag}))["key"]
+
+    async def search(self, client: Any, query: str, k: int) -> list[str]:
+        return payload(await client.call_tool("recall", {"query": query, "k": k}))["keys"]
+
+    def contents(self, store: Store) -> list[str]:
+        if not store.path.exists():
+            return []
+        return [json.loads(line)["text"] for line in store.path.read_text().splitlines() if line.strip()]
+
+
+PEERS: dict[str, type[Peer]] = {"hyphae": Hyphae, "reference": Reference, "amo": AgentMemoryOS, "qdrant": Qdrant, "floor": NullServer}
