@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from . import jsonrpc
 from .errors import internal_error, reason_error
 from .jsonrpc import JsonRpcError
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["HttpRelay", "relay_failure"]
 
@@ -36,6 +37,9 @@ class HttpRelay:
     """``await relay(line) -> bytes | None``: one stdio line through ``{base_url}/mcp``."""
 
     def __init__(self, base_url: str, api_key: str, client: httpx.AsyncClient) -> None:
+        import httpx  # here, not at module level: a relay over the Unix socket never pays its import
+
+        self._unreachable, self._broken = httpx.ConnectError, httpx.TransportError
         self._base_url = base_url.rstrip("/")
         self._url = f"{self._base_url}/mcp"
         self._client = client
@@ -50,10 +54,10 @@ class HttpRelay:
         request_id = event.id if isinstance(event, jsonrpc.RequestReceived) else None
         try:
             response = await self._client.post(self._url, content=line, headers=self._headers)
-        except httpx.ConnectError:
+        except self._unreachable:
             message = f"hyphae daemon at {self._base_url} is not reachable"
             return self._error(event, reason_error("unavailable", message))
-        except httpx.TransportError as exc:
+        except self._broken as exc:
             logger.warning("relaying to %s failed: %r", self._url, exc)
             message = f"hyphae daemon at {self._base_url} is not reachable ({type(exc).__name__})"
             return self._error(event, reason_error("unavailable", message))

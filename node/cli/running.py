@@ -33,8 +33,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Serve MCP on stdin/stdout for one agent session, relayed to the data dir's daemon."""
-    import httpx
-
     from mcp_bridge import HttpRelay, serve_stdio
     from mcp_bridge.local import SocketRelay
 
@@ -63,6 +61,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             finally:
                 await relay.aclose()
             return
+        import httpx  # only without the socket (another machine's daemon): ~0.1 s of start-up otherwise
+
         async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0)) as http:
             await serve_stdio(HttpRelay(info["api_url"], api_key, http))
 
