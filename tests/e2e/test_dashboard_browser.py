@@ -8,12 +8,15 @@ inbox, pushed by the live stream, with no reload. Along the way: a wrong key is
 refused, the key never appears in a URL, and search finds the decision.
 
 The browser is Debian's ``chromium`` driven through its ``chromium-driver`` by selenium
-(installed by ``.ci/run``); nothing is downloaded. The screenshots the README shows are
-written here, into ``docs/screenshots/``.
+(installed by ``.ci/run``); nothing is downloaded. The screenshots go to the test's temporary
+directory, or, to refresh the ones the README shows, to ``$HYPHAE_SCREENSHOTS``::
+
+    HYPHAE_SCREENSHOTS=docs/screenshots python -m pytest tests/e2e/test_dashboard_browser.py
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +33,6 @@ from tests.e2e_mesh.cluster import Lab, wait_beacons_known
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 PAGE_DEADLINE = 30.0  # s: a busy 2-core machine runs two nodes with the model and a browser
 DECISION = "Use pgvector for the V1 storage backend."
 
@@ -39,6 +41,14 @@ DECISION = "Use pgvector for the V1 storage backend."
 def lab(tmp_path: Path) -> Iterator[Lab]:
     with Lab(tmp_path / "lab") as running:
         yield running
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    """Where the pages are saved: never the checkout's tracked files unless asked to."""
+    folder = Path(os.environ.get("HYPHAE_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture
@@ -99,7 +109,9 @@ def sign_in(driver: webdriver.Chrome, key: str) -> None:
     driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
 
 
-def test_the_dashboard_shows_the_peer_and_a_teammates_decision_arriving(lab: Lab, browser: webdriver.Chrome) -> None:
+def test_the_dashboard_shows_the_peer_and_a_teammates_decision_arriving(
+    lab: Lab, browser: webdriver.Chrome, screenshots: Path
+) -> None:
     a, b = lab.team(["a", "b"], provider="builtin")
     lab.start_mesh([a, b])
     a_key, _ = a.add_agent("agent-a")
@@ -135,8 +147,7 @@ def test_the_dashboard_shows_the_peer_and_a_teammates_decision_arriving(lab: Lab
         lambda d: d.find_element(By.CSS_SELECTOR, f'#peers tr[data-node-id="{a.node_id}"] td:nth-child(6)').text == "1",
     )  # fmt: skip
     wait_for(browser, "the flow log", lambda d: f"← {a.node_id[:12]}: 1 cell" in d.find_element(By.ID, "flow-log").text)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    browser.save_screenshot(str(SCREENSHOTS / "dashboard.png"))
+    browser.save_screenshot(str(screenshots / "dashboard.png"))
 
     # /metrics on both ends tells the same story.
     sent, received = (parse_metrics(node.http.get("/metrics").text) for node in (a, b))
@@ -166,7 +177,7 @@ def test_the_dashboard_shows_the_peer_and_a_teammates_decision_arriving(lab: Lab
         lambda d: d.find_element(By.CSS_SELECTOR, f'#search-results li[data-node-id="{stored["node_id"]}"]'),
     )  # fmt: skip
     assert DECISION in found.text
-    browser.save_screenshot(str(SCREENSHOTS / "dashboard-search.png"))
+    browser.save_screenshot(str(screenshots / "dashboard-search.png"))
     browser.find_element(By.CSS_SELECTOR, '.tabs button[data-tab="beacons"]').click()
     wait_for(browser, "B's beacon", lambda d: d.find_element(By.CSS_SELECTOR, f'#beacons li[data-beacon-id="{beacon["beacon_id"]}"]'))
 
@@ -190,7 +201,7 @@ def test_the_dashboard_shows_the_peer_and_a_teammates_decision_arriving(lab: Lab
     )  # fmt: skip
     assert DECISION in item.text
     assert browser.find_element(By.ID, "inbox-title").text == "Every agent's inbox on this node"
-    browser.save_screenshot(str(SCREENSHOTS / "dashboard-admin.png"))
+    browser.save_screenshot(str(screenshots / "dashboard-admin.png"))
 
     # On A's own page (another origin, so another sessionStorage), B is the peer the batch went to.
     browser.get(f"{a.api_url}/")
@@ -201,4 +212,4 @@ def test_the_dashboard_shows_the_peer_and_a_teammates_decision_arriving(lab: Lab
     )  # fmt: skip
     browser.find_element(By.CSS_SELECTOR, '.tabs button[data-tab="counters"]').click()
     wait_for(browser, "the store among A's counters", lambda d: "hyphae_stores_total" in d.find_element(By.ID, "counters").text)
-    browser.save_screenshot(str(SCREENSHOTS / "dashboard-sender.png"))
+    browser.save_screenshot(str(screenshots / "dashboard-sender.png"))
