@@ -197,6 +197,16 @@ class BeaconIndex:
                     best[owner] = sim
         return sorted(best, key=lambda o: (-best[o], o))[:count]
 
+    def closeness(self, owner: str, probes: dict[tuple[str, str], np.ndarray]) -> float:
+        """How close ``owner``'s nearest beacon is to any ``probes`` vector of its (tenant, space)
+        (cosine; -2 if we know none)."""
+        best = -2.0
+        for e in self._by_owner.get(owner, {}).values():
+            probe = probes.get((e.beacon.tenant_id, e.beacon.embedding_space))
+            if probe is not None and probe.shape[1] == e.beacon.embedding.shape[0]:
+                best = max(best, float((probe @ e.beacon.embedding).max()))
+        return best
+
     def likeness(self, owner: str, cell: CellPayload) -> float:
         """How close ``owner``'s nearest beacon is to ``cell`` (cosine; -2 if we know none)."""
         sims = [
