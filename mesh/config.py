@@ -90,3 +90,4 @@ class MeshConfig:
     # at most ``max_inbound_links`` of them, the nearest in interest (None: no bound).
     inbound_link_timeout_ms: int = 30_000
     max_inbound_links: int | None = None
+    widen_leaves: bool = True  # a relay with no interest within relay_radius pushes to all it knows

@@ -27,7 +27,9 @@ never touches a socket. Five parts, one module each:
   interest end up within each other's radius), replicates control diffs only ``interest_radius`` hops
   (:mod:`mesh.control`), pushes data straight to the beacon owners it knows (contacts
   from ``peer`` diffs within the radius); recipients relay to the interests they know,
-  and only a walk toward unseen interest spends the hop budget (:class:`PartialView`).
+  and only a walk toward unseen interest spends the hop budget (:class:`PartialView`);
+  a relay that wanted the cell pushes along its links as they stand now, both ways
+  (:mod:`mesh.links`).
 * **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
   replay and clock skew; every diff for membership, signature and duplication. Each
   rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
@@ -154,6 +156,7 @@ class MeshEngine:
                 self.node_id, self.beacons, energy,
                 lambda: [p.node_id for p in self.peers.neighbours(PeerState.ALIVE, PeerState.SUSPECT)], self._rng.choice,
                 self.own_beacons, steer=config.steer_walk, near=self._near(config.relay_radius),
+                widen_leaves=config.widen_leaves,
             )  # fmt: skip
         else:
             self.router = FullView(self.node_id, self.beacons, energy)

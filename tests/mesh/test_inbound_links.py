@@ -7,14 +7,13 @@ chosen by many (near the centre of a popular topic) counts only the few nearest 
 
 from __future__ import annotations
 
-import random
-
 from mesh.events import BeaconPlaced, CellStored, PeerDiscovered
 from mesh.links import InboundLinks
 from mesh.team import Team
 from mesh.testing import VirtualNetwork, make_engine
 
 from .test_engine import ENERGY, beacon, cell, near, unit
+from .test_interest_neighbours import TOPICS, community_mesh
 
 # -- the bookkeeping, on its own ---------------------------------------------------------
 
@@ -92,43 +91,21 @@ def test_a_node_held_by_many_pushes_to_its_own_neighbours_and_its_nearest_holder
     assert len(pushed[None]) == 7 and len(pushed[2]) == 4
 
 
-TOPICS = (unit(61), unit(62), unit(63))
-N = 36
-
-
-def communities(**config) -> tuple[VirtualNetwork, set[str]]:
-    """36 nodes in three interest communities on a random overlay (two introductions each),
-    neighbours chosen for interest; of community 0, those whose beacon lies nearest its topic
-    want a cell at the topic's centre (a small cluster, not known to each other at the start)."""
-    net = VirtualNetwork(seed=6)
-    team = Team.create()
-    names = [f"n{i}" for i in range(N)]
-    for name in names:
-        net.add(make_engine(name, team, ENERGY, seed=6, fast=True, view="partial", **config))
-    net.start()
-    rng = random.Random(6)
-    wanting = set()
-    for i, name in enumerate(names):
-        cos = rng.uniform(0.8, 0.97)
-        net.inject(name, BeaconPlaced(beacon(near(TOPICS[i % 3], cos, seed=i), agent=f"agent-{name}", threshold=0.95)))
-        if i % 3 == 0 and cos >= 0.95 - ENERGY.match_slack * ENERGY.initial(1.0, "Decision"):
-            wanting.add(name)
-        for other in rng.sample([n for n in names if n != name], 2):
-            net.inject(name, PeerDiscovered(other))
-    net.run_for(60_000)
-    return net, wanting
-
-
 def test_a_small_interested_cluster_is_still_reached_with_the_in_degree_bounded():
+    """Three interest communities on a random overlay, neighbours chosen for interest; of
+    community 0, those whose beacon lies nearest its topic want a cell at the topic's centre
+    (a small cluster), stored by a node of another community."""
     reached, copies = {}, {}
     for cap in (None, 1):
-        net, wanting = communities(max_inbound_links=cap)
-        assert 4 <= len(wanting) <= 8
-        for name, host in net.hosts.items():
-            assert len(host.engine.inbound.holding(net.now)) <= (cap if cap is not None else N)
-        origin = "n1"  # community 1: it knows the cluster only through the overlay
+        net, vectors = community_mesh(threshold=0.95, max_inbound_links=cap)
+        net.run_for(60_000)
+        e0 = ENERGY.initial(1.0, "Decision")
+        wanting = {n for n, v in vectors.items() if float(v @ TOPICS[0]) >= 0.95 - ENERGY.match_slack * e0}
+        assert 3 <= len(wanting) <= 8
+        for host in net.hosts.values():
+            assert len(host.engine.inbound.holding(net.now)) <= (cap if cap is not None else len(net.hosts))
         stored = cell(TOPICS[0], salience=1.0, at=net.now, cid=f"cluster-{cap}")
-        net.inject(origin, CellStored(stored))
+        net.inject("n1", CellStored(stored))  # community 1: it knows the cluster only through the overlay
         net.run_for(5_000)
         reached[cap] = {n for n in net.hosts if stored.node_id in net.hosts[n].cells}
         copies[cap] = sum(h.engine.counters.data_diffs_sent for h in net.hosts.values())
