@@ -27,6 +27,17 @@ nearest beacons mesh-wide beside the random links, uncapped and both ways (the e
 ``interest_neighbours`` once converged, with every link known from both ends: an upper bound on
 what it learns). ``--steer`` walks to the neighbour whose beacon is nearest the cell.
 
+Options of rule ``near`` (3 Dec, partial3; each tried on the engine's behalf):
+
+* ``--widen``: a relay none of whose links leads to interest pushes to every interest it knows
+  (the engine's ``widen_leaves``).
+* ``--cap K``: a node counts only the K nearest of the nodes that chose it as linked (the
+  engine's ``max_inbound_links``); ``--mutual M``: a node chooses only nodes that rank it among
+  their M nearest (an in-degree bound the chooser can respect on its own).
+* ``--covered``: a relay sent the cell by the origin one hop away pushes along no link (the
+  origin knew them all); ``--outward``: a relay pushes only to nodes whose beacon is farther
+  from the cell than its own.
+
 Messages count every push, duplicates included, as the harness does.
 """
 
@@ -50,7 +61,7 @@ RULES = ("old", "current", "leafwalk", "community", "near")
 
 def overlay(
     n: int, rng: random.Random, vectors: np.ndarray, semantic: int = 0, seeds: int = 3, cap: int = 8,
-    chosen: int = 0,
+    chosen: int = 0, mutual: int = 0, picked: list[set[int]] | None = None,
 ) -> list[list[int]]:
     """Random seeds as the harness draws them; then, with ``semantic``, up to that many links per
     node to the nodes with the most similar beacon while both have room (an ideal T-Man/Vicinity
@@ -61,14 +72,27 @@ def overlay(
             if j != i and len(adj[j]) < cap:
                 adj[i].add(j)
                 adj[j].add(i)
+    ranks = None
+    if chosen and mutual:  # rank of i among j's nearest, for every pair: j's mutual-nearest test
+        sims = vectors @ vectors.T
+        np.fill_diagonal(sims, -np.inf)
+        ranks = np.empty_like(sims, dtype=np.int32)
+        order = np.argsort(-sims, axis=0)  # column j: nodes by similarity to j
+        ranks[order, np.arange(n)[None, :]] = np.arange(n, dtype=np.int32)[:, None]
     for start in range(0, n if chosen else 0, 1000):  # the engine's interest_neighbours: no cap
         sims = vectors[start : start + 1000] @ vectors.T
         for k, row in enumerate(sims):
             i = start + k
             row[i] = -np.inf
-            for j in np.argpartition(-row, chosen)[:chosen].tolist():
+            if ranks is None:
+                picks = np.argpartition(-row, chosen)[:chosen].tolist()
+            else:  # the nearest j that rank i among their ``mutual`` nearest
+                picks = [j for j in np.argsort(-row)[: 20 * chosen].tolist() if ranks[i, j] < mutual][:chosen]
+            for j in picks:
                 adj[i].add(j)
                 adj[j].add(i)
+                if picked is not None:
+                    picked[i].add(j)
     for start in range(0, n if semantic else 0, 1000):
         sims = vectors[start : start + 1000] @ vectors.T
         for k, row in enumerate(sims):
@@ -101,17 +125,32 @@ def main() -> None:
     p.add_argument("--rule", choices=RULES, default="current")
     p.add_argument("--semantic", type=int, default=0, help="neighbour links chosen by beacon similarity")
     p.add_argument("--chosen", type=int, default=0, help="links to each node's nearest beacons mesh-wide, beside the random ones (the engine's interest_neighbours, converged)")
+    p.add_argument("--mutual", type=int, default=0, help="with --chosen: choose only nodes that rank the chooser among their MUTUAL nearest (bounds in-degree)")
+    p.add_argument("--cap", type=int, default=None, help="with --chosen: a relay counts only the CAP nearest of the nodes that chose it (max_inbound_links)")
+    p.add_argument("--widen", action="store_true", help="rule near: a relay with no interest one hop away pushes to every interest it knows")
+    p.add_argument("--covered", action="store_true", help="rule near: a relay one hop from the origin, sent the cell by it, pushes along no link (the origin knew them all)")
+    p.add_argument("--outward", action="store_true", help="rule near: a relay pushes only to those whose beacon is farther from the cell than its own")
     p.add_argument("--steer", action="store_true", help="walk to the neighbour whose beacon is nearest the cell")
     args = p.parse_args()
     energy = EnergyModel()
     w = Workload(WorkloadSpec(nodes=args.nodes, stores=args.stores, dim=64, beacons_per_node=1), 1, energy)
     rng = random.Random(1)
     vectors = np.stack([b.payload.embedding for b in w.beacons])
-    adj = overlay(args.nodes, rng, vectors, args.semantic, chosen=args.chosen)
+    picked: list[set[int]] = [set() for _ in range(args.nodes)]
+    adj = overlay(args.nodes, rng, vectors, args.semantic, chosen=args.chosen, mutual=args.mutual, picked=picked)
     known = [ball(adj, v, args.radius) for v in range(args.nodes)]
     near = [ball(adj, v, 1) for v in range(args.nodes)]
+    if args.cap is not None:  # the engine's max_inbound_links: of the nodes that chose v, the cap nearest
+        choosers: list[set[int]] = [set() for _ in range(args.nodes)]
+        for i, js in enumerate(picked):
+            for j in js:
+                choosers[j].add(i)
+        for v in range(args.nodes):
+            extra = sorted(choosers[v] - picked[v], key=lambda i: (-float(vectors[i] @ vectors[v]), i))[args.cap :]
+            near[v] -= set(extra) - (set(adj[v]) - choosers[v])  # still linked if a random link too
     thresholds = np.array([b.payload.threshold for b in w.beacons])
     interested = reached = messages = cells = 0
+    load: collections.Counter = collections.Counter()
     by_budget: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
     for c in w.cells:
         if not c.interested:
@@ -128,6 +167,13 @@ def main() -> None:
             u, sender, ttl, origin = queue.popleft()
             nearby = args.rule == "near" and not origin and u in wanted
             owners = ((near[u] if nearby else known[u]) & wanted) - {u, sender, c.origin}
+            if nearby and args.widen and not owners:  # a leaf of the spread: to every interest it knows
+                owners = (known[u] & wanted) - {u, sender, c.origin}
+            elif nearby and args.covered and sender == c.origin and c.origin in near[u]:
+                owners = set()  # the origin, one hop away, knew all our links: it pushed to them
+            if nearby and args.outward:  # only to those farther from the cell than we are
+                mine = float(vectors[u] @ c.vector)
+                owners = {y for y in owners if float(vectors[y] @ c.vector) < mine}
             sends = [(y, ttl) for y in owners]
             if args.rule == "old" and not origin:
                 sends = [(y, ttl - 1) for y in owners] if ttl > 0 else []
@@ -142,6 +188,8 @@ def main() -> None:
                     sends = [(to, ttl if origin else ttl - 1)]
             for y, t in sends:
                 messages += 1
+                load[u] += 1
+                load[y] += 1
                 if y not in got:
                     got.add(y)
                     queue.append((y, u, t, False))
@@ -153,7 +201,7 @@ def main() -> None:
         by_budget[budget][1] += hit
     budgets = ", ".join(f"{b}: {v[1] / v[0]:.3f}" for b, v in sorted(by_budget.items()))
     print(
-        f"N={args.nodes} rule={args.rule} radius={args.radius} semantic={args.semantic} chosen={args.chosen} steer={args.steer} delivery={reached / interested:.3f} "
+        f"N={args.nodes} rule={args.rule} radius={args.radius} semantic={args.semantic} chosen={args.chosen} steer={args.steer} mutual={args.mutual} cap={args.cap} max degree={max(map(len, near))} max adj degree={max(map(len, adj))} busiest={max(load.values())} delivery={reached / interested:.3f} "
         f"messages/store={messages / cells:.1f} interested/store={interested / cells:.1f} by budget {{{budgets}}}"
     )
 

@@ -85,3 +85,9 @@ class MeshConfig:
     # A relay that wanted the cell pushes to the interests it knows within this many hops (the
     # origin and a walk's end, to all they know): beyond, other holders are as near.
     relay_radius: int = 1
+    # With relay_radius 1, "one hop" is a link as it stands now, either way: our neighbours, and
+    # the nodes that opened a gossip round with us within this long (they hold us as neighbour),
+    # at most ``max_inbound_links`` of them, the nearest in interest (None: no bound).
+    inbound_link_timeout_ms: int = 30_000
+    max_inbound_links: int | None = None
+    widen_leaves: bool = True  # a relay with no interest within relay_radius pushes to all it knows

@@ -27,7 +27,9 @@ never touches a socket. Five parts, one module each:
   interest end up within each other's radius), replicates control diffs only ``interest_radius`` hops
   (:mod:`mesh.control`), pushes data straight to the beacon owners it knows (contacts
   from ``peer`` diffs within the radius); recipients relay to the interests they know,
-  and only a walk toward unseen interest spends the hop budget (:class:`PartialView`).
+  and only a walk toward unseen interest spends the hop budget (:class:`PartialView`);
+  a relay that wanted the cell pushes along its links as they stand now, both ways
+  (:mod:`mesh.links`).
 * **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
   replay and clock skew; every diff for membership, signature and duplication. Each
   rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
@@ -56,6 +58,7 @@ from .events import (
 )  # fmt: skip
 from .haves import HaveSet
 from .identity import NodeIdentity, node_id_for
+from .links import InboundLinks
 from .membership import Keyring, Liveness, Peer, PeerState, PeerTable
 from .memory import DiffLog
 from .outbox import Batch, Outbox
@@ -141,13 +144,19 @@ class MeshEngine:
         self.control.distance[self.node_id] = 0
         self.contacts: dict[str, str] = {}  # partial view: node id -> address, from peer diffs within the radius
         self.own_beacons = BeaconIndex()
+        # partial view: who holds us as a neighbour (the other end of our links), in-degree bounded
+        self.inbound = InboundLinks(
+            config.inbound_link_timeout_ms, config.max_inbound_links,
+            lambda node_id: self.beacons.closeness(node_id, self.own_beacons.vectors()), self._neighbour,
+        )  # fmt: skip
         if router is not None:
             self.router: RoutingPolicy = router(self)
         elif self.partial:
             self.router = PartialView(
                 self.node_id, self.beacons, energy,
                 lambda: [p.node_id for p in self.peers.neighbours(PeerState.ALIVE, PeerState.SUSPECT)], self._rng.choice,
-                self.own_beacons, steer=config.steer_walk, near=self._within(config.relay_radius),
+                self.own_beacons, steer=config.steer_walk, near=self._near(config.relay_radius),
+                widen_leaves=config.widen_leaves,
             )  # fmt: skip
         else:
             self.router = FullView(self.node_id, self.beacons, energy)
@@ -195,12 +204,23 @@ class MeshEngine:
             MsgType.PING: self._on_ping, MsgType.PONG: lambda env, peer: None,
         }  # fmt: skip
 
-    def _within(self, hops: int) -> Callable[[str], bool] | None:
-        """Partial view: is a node at most ``hops`` away (None: no limit short of the radius)."""
+    def _near(self, hops: int) -> Callable[[str], bool] | None:
+        """Partial view: the nodes a relay that wanted a cell pushes it to. One hop: those
+        linked to us now, either way (our neighbours, and the nodes that hold us, in-degree
+        bounded); more: those known that near (None: no limit short of the radius)."""
+        if hops == 1:
+            return self._linked
         if hops >= self.config.interest_radius:
             return None
         distance = self.control.distance
         return lambda node_id: distance.get(node_id, hops + 1) <= hops
+
+    def _neighbour(self, node_id: str) -> bool:
+        peer = self.peers.get(node_id)
+        return peer is not None and peer.neighbour
+
+    def _linked(self, node_id: str) -> bool:
+        return self._neighbour(node_id) or node_id in self.inbound.holding(self._now)
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -609,6 +629,8 @@ class MeshEngine:
             # It gossips with us: one hop away, however far its diffs first came from (a
             # neighbour chosen for its interest was often known at two hops), so we share them.
             self.control.closer(peer.node_id, 1)
+        if self.partial and env.reply_wanted:
+            self.inbound.heard(peer.node_id, self._now)  # it holds us as a neighbour (or answers us)
         for diff in env.diffs:
             self._accept_control(diff, env)
         if env.digest is None or not env.reply_wanted:

@@ -22,7 +22,7 @@ TOPICS = (unit(21), unit(22), unit(23))
 N = 36
 
 
-def community_mesh(**config) -> tuple[VirtualNetwork, dict[str, np.ndarray]]:
+def community_mesh(threshold: float = 0.99, **config) -> tuple[VirtualNetwork, dict[str, np.ndarray]]:
     net = VirtualNetwork(seed=3)
     team = Team.create()
     names = [f"n{i}" for i in range(N)]
@@ -33,7 +33,7 @@ def community_mesh(**config) -> tuple[VirtualNetwork, dict[str, np.ndarray]]:
     vectors = {}
     for i, name in enumerate(names):
         vectors[name] = near(TOPICS[i % 3], rng.uniform(0.8, 0.97), seed=i)
-        net.inject(name, BeaconPlaced(beacon(vectors[name], agent=f"agent-{name}", threshold=0.99)))
+        net.inject(name, BeaconPlaced(beacon(vectors[name], agent=f"agent-{name}", threshold=threshold)))
         for other in rng.sample([n for n in names if n != name], 2):
             net.inject(name, PeerDiscovered(other))
     return net, vectors

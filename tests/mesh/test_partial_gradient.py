@@ -6,6 +6,8 @@ interest radius of 1, so each node knows the beacons of its line neighbours only
 
 from __future__ import annotations
 
+import numpy as np
+
 from mesh.events import BeaconPlaced, CellStored
 
 from .test_engine import beacon, cell, near, unit
@@ -56,22 +58,36 @@ def test_without_interest_in_sight_the_walk_ends_with_the_budget():
     assert sent(net) == 2
 
 
+def spread(topic: np.ndarray, wanting: tuple[str, ...], **config) -> tuple[set[str], int]:
+    """On a radius-2 line drawn by hand, ``wanting`` place a beacon on ``topic``; ``a`` stores a
+    high-energy cell on it. Who holds the cell 5 s later, and how many copies were sent."""
+    net = line(2, interest_neighbours=0, **config)  # the hand-drawn line, fixed
+    for name in wanting:
+        net.inject(name, BeaconPlaced(beacon(topic, agent=f"agent-{name}")))
+    net.run_for(30_000)
+    stored = cell(near(topic, 0.95), salience=1.0, at=net.now)
+    net.inject("a", CellStored(stored))
+    net.run_for(5_000)
+    return {n for n in LINE if stored.node_id in net.hosts[n].cells}, sent(net)
+
+
 def test_a_relay_that_wanted_the_cell_pushes_within_its_neighbourhood_only():
     """Radius 2, everyone but ``a`` interested. ``a`` pushes to the two it knows (b, c); a relay
     that wanted the cell then pushes to the interests one hop away only: interest two hops away
     is one hop from another holder, which pushes it there too. Same reach, about half the copies
-    (which holder pushes first depends on the link latencies)."""
+    (which holder pushes first depends on the link latencies). The ends of the line are leaves
+    of the spread, which widen (next test): this one reads the relay radius alone."""
     reached, copies = {}, {}
     for relay_radius in (1, 2):
-        net = line(2, interest_neighbours=0, relay_radius=relay_radius)  # the hand-drawn line, fixed
-        topic = unit(41)
-        for name in LINE[1:]:
-            net.inject(name, BeaconPlaced(beacon(topic, agent=f"agent-{name}")))
-        net.run_for(30_000)
-        stored = cell(near(topic, 0.95), salience=1.0, at=net.now)
-        net.inject("a", CellStored(stored))
-        net.run_for(5_000)
-        reached[relay_radius] = {n for n in LINE if stored.node_id in net.hosts[n].cells}
-        copies[relay_radius] = sent(net)
+        reached[relay_radius], copies[relay_radius] = spread(unit(41), LINE[1:], relay_radius=relay_radius, widen_leaves=False)
     assert reached[1] == reached[2] == {"b", "c", "d", "e"}
     assert copies[1] <= 6 and copies[2] >= 9  # 5 and 10 run alone; the ids earlier tests drew shift who pushes first
+
+
+def test_a_relay_with_no_interest_linked_to_it_pushes_to_every_interest_it_knows():
+    """``b``, ``d`` and ``e`` want the cell, ``c`` between them does not. The only interest ``a``
+    knows is ``b``; ``b``'s links lead to no other interest, but it knows ``d`` two hops away.
+    Pushing along its links only, the spread ends at ``b`` (until repair); a leaf of the spread
+    pushes to all the interest it knows, and ``d`` takes it on to ``e``."""
+    outcome = {widen: spread(unit(43), ("b", "d", "e"), widen_leaves=widen, repair_interval_ms=600_000) for widen in (True, False)}
+    assert outcome == {True: ({"b", "d", "e"}, 3), False: ({"b"}, 1)}
