@@ -104,13 +104,16 @@ class Outbox:
             return 1
         return 0
 
-    def take(self, peer_id: str, now: int) -> Batch | None:
-        """The next batch for ``peer_id``, if its window and pacing allow one now."""
+    def take(self, peer_id: str, now: int, *, free_ride: bool = False) -> Batch | None:
+        """The next batch for ``peer_id``, if its window and pacing allow one now.
+
+        ``free_ride``: the batch would travel in the response to a frame from that peer, an
+        exchange that happens anyway, so the pacing gap does not apply (the window does)."""
         lane = self._lanes.get(peer_id)
         if lane is None or not lane.queue:
             self.ready.discard(peer_id)
             return None
-        if len(lane.inflight) >= self.max_inflight or now < self._send_at(lane):
+        if len(lane.inflight) >= self.max_inflight or (not free_ride and now < self._send_at(lane)):
             return None
         count, size = 0, 0
         for _, _, _, diff in lane.queue:
