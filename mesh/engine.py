@@ -14,7 +14,10 @@ never touches a socket. Five parts, one module each:
   with one random live peer every ``gossip_interval_ms``.
 * **data plane** (:mod:`mesh.routing`, :mod:`mesh.outbox`): a stored cell becomes a
   signed diff; the origin matches it against every known beacon and pushes it to the
-  owners, batched per peer, highest energy first, acknowledged and retransmitted.
+  owners, batched per peer, highest energy first, acknowledged and retransmitted. Where
+  the runtime can answer a frame in its response (``FrameReceived.replies_ride``), a
+  batch for that frame's sender rides back in it; the ack for a batch that came in a
+  response (``in_response``) waits ``ack_delay_ms`` to ride on our next batch to its sender.
 * **repair** (:mod:`mesh.repair`): on (re)connect, and periodically to each live peer
   in turn, ask a peer for what matches my beacons in its log after the position it
   last served me; a request left unanswered is sent again. The other way round, an

@@ -9,7 +9,9 @@ at once; while a batch is out it is ``busy_pacing_ms``, unless a full batch is
 waiting, so under load the diffs that arrive meanwhile leave together when its ack
 returns (or the gap ends) instead of one exchange each. An exchange costs the two
 daemons ~3.5 CPU-ms whatever it carries (mesh.md). A full queue drops its
-lowest-energy diff (repair recovers it later). A batch not acknowledged in time is put
+lowest-energy diff (repair recovers it later). A batch that can ride back in the
+response to a frame from its peer (``take(free_ride=True)``) skips the gap: that exchange
+happens anyway. A batch not acknowledged in time is put
 back in the queue, up to ``max_attempts`` sends per diff; then it is given up, and the
 peer is reported as failing.
 

@@ -221,6 +221,8 @@ class MeshRuntime:
                 if effect.in_reply and slot is not None and not slot.abandoned:
                     slot.frames.append(effect.frame)
                     self.counters["replies_in_response"] += 1
+                    if effect.data_bytes:
+                        self.counters["data_frames_in_response"] += 1
                 else:
                     self._enqueue_frame(effect)
             elif isinstance(effect, SetTimer):
