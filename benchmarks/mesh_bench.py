@@ -129,6 +129,7 @@ def counters(nodes: list[MeshNode]) -> dict[str, dict[str, Any]]:
             "data_diffs": s["data_diffs_sent"], "resent_diffs": s.get("data_diffs_resent", 0),
             "repair_diffs": s.get("repair_diffs_sent", 0), "drops": dict(s["drops"]),
             "posts": s["transport"]["sent"], "replies": s["runtime"].get("replies_in_response", 0),
+            "data_replies": s["runtime"].get("data_frames_in_response", 0),
             "runtime": {k: v for k, v in s["runtime"].items() if isinstance(v, int)},
         }  # fmt: skip
     return out
@@ -462,6 +463,7 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
         "resent_diffs": delta(after, before, "resent_diffs"), "repair_diffs": delta(after, before, "repair_diffs"),
         "control_frames": delta(after, before, "control_frames"), "drops": drops,
         "posts": delta(after, before, "posts"), "replies_in_response": delta(after, before, "replies"),
+        "data_frames_in_response": delta(after, before, "data_replies"),
         "daemon_cpu_s": cpu, "daemon_cpu_s_by_thread": cpu_roles, "generator_cpu_s": generator_cpu,
         "idle_cores": idle_cores,
     }  # fmt: skip
@@ -533,7 +535,8 @@ def report(result: dict[str, Any]) -> str:
                    f"in repair replies {s.get('repair_diffs', '?')}), control frames {s['control_frames']}")  # fmt: skip
         if "posts" in s:
             out.append(f"- mesh HTTP requests {s['posts']} ({fmt(s['posts'] / max(1, s['deliveries']), 3)} per delivery); "
-                       f"frames answered inside the response to the frame they answer: {s['replies_in_response']}")  # fmt: skip
+                       f"frames answered inside the response to the frame they answer: {s['replies_in_response']}"
+                       f" (data frames among them: {s.get('data_frames_in_response', '?')})")  # fmt: skip
         out.append(f"- CPU: the 5 daemons used {fmt(s['daemon_cpu_s'])} CPU-s over {fmt(s['total_s'])} s "
                    f"({fmt(s['daemon_cpu_s'] / s['total_s'], 2)} cores; {fmt(1000 * s['daemon_cpu_s'] / max(1, s['stores']), 1)} "
                    f"CPU-ms per store with its {fmt(s['deliveries'] / max(1, s['stores']), 2)} deliveries); "

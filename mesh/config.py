@@ -50,6 +50,9 @@ class MeshConfig:
     # diffs share frames instead of costing an HTTP exchange each (see mesh.outbox)
     busy_flush_interval_ms: int = 100
     ack_timeout_ms: int = 1000
+    # A data frame that came back in an HTTP response cannot be answered in one: its ack waits
+    # this long for our next data frame to that peer to ride on, then goes alone (TCP's delayed ack).
+    ack_delay_ms: int = 30
     max_attempts: int = 4
     max_inflight_batches: int = 4  # per peer
     send_queue_limit: int = 1024  # diffs per peer

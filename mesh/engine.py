@@ -14,7 +14,10 @@ never touches a socket. Five parts, one module each:
   with one random live peer every ``gossip_interval_ms``.
 * **data plane** (:mod:`mesh.routing`, :mod:`mesh.outbox`): a stored cell becomes a
   signed diff; the origin matches it against every known beacon and pushes it to the
-  owners, batched per peer, highest energy first, acknowledged and retransmitted.
+  owners, batched per peer, highest energy first, acknowledged and retransmitted. Where
+  the runtime can answer a frame in its response (``FrameReceived.replies_ride``), a
+  batch for that frame's sender rides back in it; the ack for a batch that came in a
+  response (``in_response``) waits ``ack_delay_ms`` to ride on our next batch to its sender.
 * **repair** (:mod:`mesh.repair`): on (re)connect, and periodically to each live peer
   in turn, ask a peer for what matches my beacons in its log after the position it
   last served me; a request left unanswered is sent again. The other way round, an
@@ -76,7 +79,8 @@ __all__ = ["MeshEngine", "Counters"]
 Signer = Callable[[bytes], bytes]
 Verifier = Callable[[bytes, bytes, bytes], bool]  # (public_key, signature, message)
 
-_GOSSIP, _LIVENESS, _REPAIR, _OUTBOX = "gossip", "liveness", "repair", "outbox"
+_GOSSIP, _LIVENESS, _REPAIR, _OUTBOX, _ACK = "gossip", "liveness", "repair", "outbox", "ack"
+_ACKS_HELD = 64  # delayed acks for one peer beyond this go at once
 _OUT_OF_RADIUS = "out_of_radius"  # a control diff from farther than the interest radius (partial view)
 _REPAIR_RESENDS = 2  # an unanswered repair request is sent again this often; then the periodic round covers
 _RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
@@ -189,6 +193,10 @@ class MeshEngine:
         self._unheard: set[str] = set()  # peers put back from the log, not heard from since
         self._armed: dict[str, int] = {}
         self._ping_ids = 0
+        self._acks_due: dict[str, list[int]] = {}  # peer -> batches received in responses, not yet acked
+        self._acks_at: int | None = None  # when the delayed acks go alone
+        self._reply_peer: str | None = None  # the sender of the frame being handled, if replies ride its response
+        self._in_response = False  # the frame being handled came back in a response to one of ours
         self._now = 0
         self._out: list[Effect] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -230,6 +238,7 @@ class MeshEngine:
         self._out = out = []
         self._handlers[type(event)](event)
         self._flush()
+        self._reply_peer = None
         self._arm_timers()
         self._out = []
         return out
@@ -362,9 +371,12 @@ class MeshEngine:
             self._repair_round()
         elif event.name == _OUTBOX:
             self._expire_batches()
+        elif event.name == _ACK:
+            self._send_delayed_acks()
 
     def _arm_timers(self) -> None:
         self._timers[_OUTBOX] = self.outbox.next_deadline()  # type: ignore[assignment]
+        self._timers[_ACK] = self._acks_at  # type: ignore[assignment]
         repair_at = min(self._repair_due.values(), default=self._next_repair_at)
         if self._next_repair_at is not None:
             repair_at = min(repair_at, self._next_repair_at)
@@ -441,13 +453,35 @@ class MeshEngine:
             if peer is None or peer.state is PeerState.DEAD:
                 self._drop_for(peer_id)
                 continue
-            batch = self.outbox.take(peer_id, self._now)
+            # What we have for the peer whose frame we are handling rides back in the response
+            # to it: an exchange that happens anyway, so no pacing gap to wait for.
+            free_ride = peer_id == self._reply_peer
+            batch = self.outbox.take(peer_id, self._now, free_ride=free_ride)
             if batch is not None:
-                self._send_batch(peer, batch)
+                self._send_batch(peer, batch, free_ride)
 
-    def _send_batch(self, peer: Peer, batch: Batch) -> None:
+    def _send_batch(self, peer: Peer, batch: Batch, in_reply: bool = False) -> None:
         self.counters.data_diffs_resent += sum(1 for _, attempts, _ in batch.items if attempts > 1)
-        self._send(peer.address, MsgType.DATA, tuple(d for _, _, d in batch.items), batch_id=batch.batch_id)
+        self._send(
+            peer.address, MsgType.DATA, tuple(d for _, _, d in batch.items), batch_id=batch.batch_id,
+            acks=self._take_acks(peer.node_id), in_reply=in_reply,
+        )  # fmt: skip
+
+    def _take_acks(self, peer_id: str) -> tuple[int, ...]:
+        """The delayed acks for a peer, now riding on a frame to it."""
+        acks = self._acks_due.pop(peer_id, None)
+        if not self._acks_due:
+            self._acks_at = None
+        return tuple(acks) if acks else ()
+
+    def _send_delayed_acks(self) -> None:
+        """No data frame went to these peers in time for their acks to ride on: send them alone."""
+        for peer_id in list(self._acks_due):
+            peer = self.peers.get(peer_id)
+            acks = self._take_acks(peer_id)
+            if peer is not None:
+                self._send(peer.address, MsgType.ACK, acks=acks)
+        self._acks_at = None
 
     def _drop_for(self, peer_id: str) -> None:
         """Empty a dead peer's queue; what was in it is owed to it if it comes back."""
@@ -495,6 +529,9 @@ class MeshEngine:
             self._drop(Reason.NOT_MEMBER)
             return
         peer = self._heard(sender_id, env.sender_address or event.address, event.address, env.type)
+        if event.replies_ride:
+            self._reply_peer = sender_id
+        self._in_response = event.in_response
         self._receivers[env.type](env, peer)
 
     def _fresh(self, env: Envelope, nonce: bytes, sender_id: str) -> bool:
@@ -584,9 +621,21 @@ class MeshEngine:
     # -- receiving: the data plane -----------------------------------------------------
 
     def _on_data(self, env: Envelope, peer: Peer) -> None:
+        if env.acks:
+            self._on_ack(env, peer)
         for diff in env.diffs:
             self._accept_data(diff, env, peer, relay=True)
-        self._send(peer.address, MsgType.ACK, acks=(env.batch_id,), in_reply=True)
+        if not self._in_response:
+            self._send(peer.address, MsgType.ACK, acks=(*self._take_acks(peer.node_id), env.batch_id), in_reply=True)
+            return
+        # It came back in the response to one of ours: an ack now would be an exchange of its own,
+        # so it waits a little to ride on our next data frame to that peer.
+        due = self._acks_due.setdefault(peer.node_id, [])
+        due.append(env.batch_id)
+        if len(due) >= _ACKS_HELD:
+            self._send(peer.address, MsgType.ACK, acks=self._take_acks(peer.node_id))
+        elif self._acks_at is None:
+            self._acks_at = self._now + self.config.ack_delay_ms
 
     def _on_ack(self, env: Envelope, peer: Peer) -> None:
         for batch_id in env.acks:
@@ -747,6 +796,7 @@ class MeshEngine:
             self._repair_unanswered.pop(peer.node_id, None)
             self._catching_up.discard(peer.node_id)
             self._clock_offsets.pop(peer.node_id, None)  # re-estimated from its next frame
+            self._take_acks(peer.node_id)  # its batches will come again (or by repair)
         elif new is PeerState.ALIVE and before is not PeerState.ALIVE:
             self._repair_on_reconnect(peer)
             self._offer_owed(peer)

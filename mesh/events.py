@@ -69,10 +69,18 @@ class PeerDiscovered:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FrameReceived:
-    """A sealed frame arrived; ``address`` is where the sender can be reached, if known."""
+    """A sealed frame arrived; ``address`` is where the sender can be reached, if known.
+
+    ``replies_ride``: the runtime carries frames marked ``in_reply`` back in the response to
+    this one, so a reply costs the peers no exchange of its own. ``in_response``: this frame
+    itself came back in the response to one of ours, so whatever answers it would be a
+    request of its own. Both false (the simulator): every frame travels alone.
+    """
 
     address: str
     frame: bytes
+    replies_ride: bool = False
+    in_response: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -9,7 +9,9 @@ at once; while a batch is out it is ``busy_pacing_ms``, unless a full batch is
 waiting, so under load the diffs that arrive meanwhile leave together when its ack
 returns (or the gap ends) instead of one exchange each. An exchange costs the two
 daemons ~3.5 CPU-ms whatever it carries (mesh.md). A full queue drops its
-lowest-energy diff (repair recovers it later). A batch not acknowledged in time is put
+lowest-energy diff (repair recovers it later). A batch that can ride back in the
+response to a frame from its peer (``take(free_ride=True)``) skips the gap: that exchange
+happens anyway. A batch not acknowledged in time is put
 back in the queue, up to ``max_attempts`` sends per diff; then it is given up, and the
 peer is reported as failing.
 
@@ -104,13 +106,16 @@ class Outbox:
             return 1
         return 0
 
-    def take(self, peer_id: str, now: int) -> Batch | None:
-        """The next batch for ``peer_id``, if its window and pacing allow one now."""
+    def take(self, peer_id: str, now: int, *, free_ride: bool = False) -> Batch | None:
+        """The next batch for ``peer_id``, if its window and pacing allow one now.
+
+        ``free_ride``: the batch would travel in the response to a frame from that peer, an
+        exchange that happens anyway, so the pacing gap does not apply (the window does)."""
         lane = self._lanes.get(peer_id)
         if lane is None or not lane.queue:
             self.ready.discard(peer_id)
             return None
-        if len(lane.inflight) >= self.max_inflight or now < self._send_at(lane):
+        if len(lane.inflight) >= self.max_inflight or (not free_ride and now < self._send_at(lane)):
             return None
         count, size = 0, 0
         for _, _, _, diff in lane.queue:

@@ -76,7 +76,7 @@ DATA_KINDS = frozenset({DiffKind.CELL, DiffKind.TOMBSTONE})
 
 
 class MsgType(enum.IntEnum):
-    DATA = 1  # pushed data diffs; extra [batch_id]
+    DATA = 1  # pushed data diffs; extra [batch_id] or [batch_id, [acked batch_id...]]
     ACK = 2  # extra [[batch_id...]]
     GOSSIP = 3  # anti-entropy; extra [digest | nil, reply_wanted]
     REPAIR_REQUEST = 4  # extra [request_id, since, limit, requester_version]
@@ -499,7 +499,7 @@ class Envelope:
     keys: Mapping[str, tuple[bytes, bytes]] = dataclasses.field(default_factory=dict)
     diffs: tuple[Diff, ...] = ()
     batch_id: int = 0  # DATA
-    acks: tuple[int, ...] = ()  # ACK
+    acks: tuple[int, ...] = ()  # ACK, and DATA: acks riding on a data frame
     digest: Mapping[str, int] | None = None  # GOSSIP
     reply_wanted: bool = False  # GOSSIP
     request_id: int = 0  # REPAIR_*
@@ -538,7 +538,7 @@ def _decode_digest(digest: dict) -> dict[str, int]:
 def _extra(env: Envelope) -> list[Any]:
     t = env.type
     if t is MsgType.DATA:
-        return [env.batch_id]
+        return [env.batch_id, list(env.acks)] if env.acks else [env.batch_id]
     if t is MsgType.ACK:
         return [list(env.acks)]
     if t is MsgType.GOSSIP:
@@ -603,12 +603,14 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     fields: dict[str, Any] = {}
     extra = _list(extra, "extra")
     if mtype is MsgType.DATA:
-        (fields["batch_id"],) = (_int(x, "batch_id") for x in _list(extra, "data", 1))
+        data = _list(extra, "data")
+        if not 1 <= len(data) <= 2:
+            raise _fail("data: expected [batch_id] or [batch_id, acks]")
+        fields["batch_id"] = _int(data[0], "batch_id")
+        if len(data) == 2:
+            fields["acks"] = _decode_acks(data[1], limits)
     elif mtype is MsgType.ACK:
-        acks = _list(_list(extra, "ack", 1)[0], "acks")
-        if len(acks) > limits.max_diffs:
-            raise _fail("too many acks", Reason.TOO_MANY_DIFFS)
-        fields["acks"] = tuple(_int(a, "ack") for a in acks)
+        fields["acks"] = _decode_acks(_list(extra, "ack", 1)[0], limits)
     elif mtype is MsgType.GOSSIP:
         digest, reply_wanted = _list(extra, "gossip", 2)
         if digest is not None:
@@ -629,6 +631,13 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     return Envelope(
         mtype, _int(sent_at, "sent_at"), _str(address, "sender_address", limits.max_text_chars), keys, diffs, **fields
     )
+
+
+def _decode_acks(raw: Any, limits: WireLimits) -> tuple[int, ...]:
+    acks = _list(raw, "acks")
+    if len(acks) > limits.max_diffs:
+        raise _fail("too many acks", Reason.TOO_MANY_DIFFS)
+    return tuple(_int(a, "ack") for a in acks)
 
 
 def _decode_haves(raw: Any) -> HaveSet:

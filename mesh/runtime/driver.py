@@ -18,7 +18,9 @@ The effects of one event are carried out in order:
   does not resend a batch the peer is still working on). A ``SendFrame`` marked ``in_reply`` (an ack, a pong, a gossip or
   repair reply) rides back in the response to the frame being handled, when its sender
   is still waiting for one (see below); frames in a response are fed to the engine as
-  if they had arrived on their own. One HTTP exchange per data batch instead of two.
+  if they had arrived on their own. One HTTP exchange per data batch instead of two. A
+  data batch for the peer whose frame is being handled rides back the same way (the engine
+  marks it ``in_reply``), and the ack for it rides on our next data frame to that peer.
 * ``SetTimer(name, at_ms)`` replaces the timer of that name. One timer task sleeps
   until the earliest deadline (wall ms converted to ``trio.current_time()``) and
   fires ``TimerFired(name)`` once the clock has reached it: never early, because the
@@ -152,16 +154,19 @@ class MeshRuntime:
         """Queue a local event (on the trio thread; never blocks). Handled in order."""
         self._events_tx.send_nowait((event, None))
 
-    async def receive_frame(self, address: str, frame: bytes, *, reply_within: float | None = None) -> list[bytes]:
+    async def receive_frame(
+        self, address: str, frame: bytes, *, reply_within: float | None = None, in_response: bool = False
+    ) -> list[bytes]:
         """Queue a frame from the network; waits while ``frame_backlog`` frames are pending.
 
         With ``reply_within`` (seconds), also wait that long for the engine to handle it and
         return the frames it sent in reply (``[]`` if it took longer: they go out on their own).
+        ``in_response``: the frame came back in the response to one of ours.
         """
         await self._frame_slots.acquire()
         self.counters["frames_queued"] += 1
         slot = _ReplySlot() if reply_within is not None else None
-        self._events_tx.send_nowait((FrameReceived(address, frame), slot))
+        self._events_tx.send_nowait((FrameReceived(address, frame, slot is not None, in_response), slot))
         if slot is None:
             return []
         with trio.move_on_after(reply_within):
@@ -216,6 +221,8 @@ class MeshRuntime:
                 if effect.in_reply and slot is not None and not slot.abandoned:
                     slot.frames.append(effect.frame)
                     self.counters["replies_in_response"] += 1
+                    if effect.data_bytes:
+                        self.counters["data_frames_in_response"] += 1
                 else:
                     self._enqueue_frame(effect)
             elif isinstance(effect, SetTimer):
@@ -326,4 +333,4 @@ class MeshRuntime:
             self._events_tx.send_nowait((FrameDelivered(lane.address, batch_id), None))
         for reply in replies or ():
             self.counters["replies_received"] += 1
-            await self.receive_frame(lane.address, reply)
+            await self.receive_frame(lane.address, reply, in_response=True)

@@ -1,4 +1,4 @@
-"""Frames over HTTP: the client side (one shared ``httpx.AsyncClient``) and the mesh endpoint (ASGI).
+"""Frames over HTTP: the client side (kept-alive connections, :mod:`.http_client`) and the mesh endpoint (ASGI).
 
 A sealed frame is the body of ``POST http://{address}/mesh/v1/frames``
 (``application/octet-stream``). The endpoint waits up to ``reply_within`` seconds for
@@ -40,6 +40,7 @@ import trio
 from ..errors import MeshError
 from ..wire import WIRE_VERSION
 from .faults import FaultPlan, Verdict
+from .http_client import FrameClient, FrameClientError, ResponseTimeout
 
 if TYPE_CHECKING:
     from .driver import MeshRuntime
@@ -182,11 +183,14 @@ class _Counted:
 
 
 class HttpTransport(_Counted):
-    """POSTs frames with one shared ``httpx.AsyncClient``: keep-alive, a timeout per request,
-    at most ``per_peer_concurrency`` requests in flight to one address.
+    """POSTs frames over kept-alive connections: a timeout per request, at most
+    ``per_peer_concurrency`` requests in flight to one address.
 
-    A client passed in stays the caller's to close; one made here is closed by :meth:`aclose`.
-    The default client ignores proxy environment variables: mesh traffic is LAN traffic.
+    By default the client is :class:`~mesh.runtime.http_client.FrameClient`, made for
+    this one request (httpx's per-request machinery cost about as much as the rest of the
+    exchange). An ``httpx.AsyncClient`` passed in (tests hand it a ``MockTransport``) is
+    used instead, and stays the caller's to close; a client made here is closed by
+    :meth:`aclose`. Neither reads proxy environment variables: mesh traffic is LAN traffic.
     """
 
     def __init__(
@@ -196,13 +200,14 @@ class HttpTransport(_Counted):
         super().__init__(faults, per_peer_concurrency)
         self.max_frame_bytes = max_frame_bytes
         self._owns_client = client is None
+        self._timeout_s = timeout
         self._timeout = httpx.Timeout(timeout)
-        self.client = client or httpx.AsyncClient(
-            timeout=self._timeout,
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128, keepalive_expiry=30.0),
-            trust_env=False,
-        )
+        self.client: httpx.AsyncClient | FrameClient = client or FrameClient(
+            path=FRAMES_PATH, content_type=_CONTENT_TYPE, max_body_bytes=_MAX_REPLIES * (max_frame_bytes + 4),
+            max_idle=max(8, per_peer_concurrency),
+        )  # fmt: skip
         self._urls: dict[str, str] = {}
+        self._hosts: dict[str, tuple[str, int]] = {}
 
     def _url(self, address: str) -> str | None:
         url = self._urls.get(address)
@@ -211,29 +216,46 @@ class HttpTransport(_Counted):
             if match is None or not 0 < int(match.group(2)) < 65536:
                 return None
             url = self._urls[address] = f"http://{address}{FRAMES_PATH}"
+            self._hosts[address] = (match.group(1).strip("[]"), int(match.group(2)))
         return url
 
     async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> list[bytes]:
         url = self._url(address)
         if url is None:
             raise self._fail(traffic, address, SendError.BAD_ADDRESS, "not a host:port address")
+        if isinstance(self.client, FrameClient):
+            status, body = await self._post_lean(traffic, address, frame)
+        else:
+            status, body = await self._post_httpx(traffic, address, url, frame)
+        if not 200 <= status < 300:
+            raise self._fail(traffic, address, SendError.HTTP_STATUS, f"HTTP {status}")
+        if status != 200 or not body:
+            return []
         try:
-            response = await self.client.post(
+            return unpack_frames(body, self.max_frame_bytes)
+        except ValueError as exc:  # the frame was delivered; only its replies are lost (the engine copes)
+            traffic.last_error = str(exc)
+            return []
+
+    async def _post_lean(self, traffic: PeerTraffic, address: str, frame: bytes) -> tuple[int, bytes]:
+        host, port = self._hosts[address]
+        try:
+            return await self.client.post(host, port, frame, self._timeout_s)  # type: ignore[union-attr]
+        except ResponseTimeout as exc:
+            raise self._fail(traffic, address, SendError.TIMEOUT, str(exc)) from None
+        except FrameClientError as exc:
+            raise self._fail(traffic, address, SendError.CONNECT_FAILED, f"{type(exc).__name__}: {exc}") from None
+
+    async def _post_httpx(self, traffic: PeerTraffic, address: str, url: str, frame: bytes) -> tuple[int, bytes]:
+        try:
+            response = await self.client.post(  # type: ignore[union-attr]
                 url, content=frame, headers={"content-type": _CONTENT_TYPE}, timeout=self._timeout
             )
         except httpx.TimeoutException as exc:
             raise self._fail(traffic, address, SendError.TIMEOUT, type(exc).__name__) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise self._fail(traffic, address, SendError.CONNECT_FAILED, f"{type(exc).__name__}: {exc}") from None
-        if not 200 <= response.status_code < 300:
-            raise self._fail(traffic, address, SendError.HTTP_STATUS, f"HTTP {response.status_code}")
-        if response.status_code != 200 or not response.content:
-            return []
-        try:
-            return unpack_frames(response.content, self.max_frame_bytes)
-        except ValueError as exc:  # the frame was delivered; only its replies are lost (the engine copes)
-            traffic.last_error = str(exc)
-            return []
+        return response.status_code, response.content
 
     async def aclose(self) -> None:
         """Refuse further sends; close the client if this transport made it."""

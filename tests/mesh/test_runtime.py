@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from mesh.events import (
-    ApplyRemoteBeacon, BeaconPlaced, CellStored, FrameDelivered, PeerDiscovered, PeerStateChanged, SendFailed, SendFrame,
+    ApplyRemoteBeacon, BeaconPlaced, CellStored, FrameDelivered, FrameReceived, PeerDiscovered, PeerStateChanged, SendFailed, SendFrame,
     SetTimer, Started, StoreRemoteCell, TimerFired,
 )  # fmt: skip
 from mesh.runtime import (
@@ -276,6 +276,42 @@ async def test_effects_go_to_lanes_the_sink_and_failures_come_back_as_send_faile
     assert [e for _, e in engine.events(SendFailed)] == [SendFailed("down:1")] * 2
     assert [e for _, e in engine.events(FrameDelivered)] == [FrameDelivered("up:1", 7)]  # data batches only, once taken
     assert runtime.counters["send_failures"] == 2
+
+
+class AnsweringTransport(ScriptedTransport):
+    """Records sends like ScriptedTransport; the peer answers each in its response."""
+
+    async def send(self, address: str, frame: bytes) -> list[bytes]:
+        await super().send(address, frame)
+        return [b"answer to " + frame]
+
+
+async def test_frames_say_whether_a_reply_can_ride_back_and_whether_they_came_in_a_response():
+    def script(event, now):
+        if isinstance(event, PeerDiscovered):
+            return [SendFrame("up:1", b"out", 0, True)]
+        if isinstance(event, FrameReceived) and event.frame == b"request":
+            return [SendFrame("peer:1", b"ack", 0, True, in_reply=True),
+                    SendFrame("peer:1", b"data", 10, False, in_reply=True, batch_id=3)]  # fmt: skip
+        return []
+
+    engine, transport = ScriptedEngine(script), AnsweringTransport()
+    runtime = MeshRuntime(engine, transport=transport, sink=RecordingSink())
+    with trio.fail_after(3):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            # From the endpoint: its replies, a data batch among them, go back in the response.
+            assert await runtime.receive_frame("peer:1", b"request", reply_within=1.0) == [b"ack", b"data"]
+            # Sent by us: what the peer answered in its response comes in marked as such.
+            runtime.submit(PeerDiscovered("x"))
+            await eventually(lambda: len(engine.events(FrameReceived)) == 2, 2)
+            nursery.cancel_scope.cancel()
+    assert [e for _, e in engine.events(FrameReceived)] == [
+        FrameReceived("peer:1", b"request", replies_ride=True),
+        FrameReceived("up:1", b"answer to out", in_response=True),
+    ]
+    assert transport.sent == [("up:1", b"out")]  # nothing of the replies went as a request of its own
+    assert (runtime.counters["replies_in_response"], runtime.counters["data_frames_in_response"]) == (2, 1)
 
 
 async def test_a_full_lane_drops_frames_and_shutdown_leaves_nothing_running():

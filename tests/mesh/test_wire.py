@@ -74,6 +74,8 @@ def test_encoding_is_canonical():
     "env",
     [
         Envelope(MsgType.ACK, 1, "a", acks=(1, 2, 3)),
+        Envelope(MsgType.DATA, 1, "a", batch_id=9),
+        Envelope(MsgType.DATA, 1, "a", batch_id=9, acks=(4, 5)),  # acks riding on a data frame
         Envelope(MsgType.GOSSIP, 1, "a", digest={ME.node_id: 7}, reply_wanted=True),
         Envelope(MsgType.GOSSIP, 1, "a", digest=None),
         Envelope(MsgType.REPAIR_REQUEST, 1, "a", request_id=4, since=10, limit=100, version=3),
@@ -123,6 +125,9 @@ def test_limits_are_enforced():
         (_raw([], version=2), Reason.BAD_VERSION),
         (_raw([], mtype=99), Reason.MALFORMED),
         (_raw([], extra=()), Reason.MALFORMED),
+        (_raw([], extra=(1, [2], 3)), Reason.MALFORMED),
+        (_raw([], extra=(1, ["2"])), Reason.MALFORMED),
+        (_raw([], extra=(1, list(range(300)))), Reason.TOO_MANY_DIFFS),
         (_raw([["x", b"", 0, 0]]), Reason.MALFORMED),
         (_raw([[b"\x93\x01\x02\x03", bytes(64), 0, 0]]), Reason.MALFORMED),
     ],
