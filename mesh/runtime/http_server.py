@@ -136,6 +136,9 @@ class _Server:
         try:
             with connection.cancel_scope:
                 await connection.run()
+        except Exception:  # a bug of ours must cost one connection, never the server
+            log.exception("HTTP connection from %s failed", connection.client)
+            connection.broken = True
         except BaseException:
             connection.broken = True  # cancelled from outside (a shutdown past its grace): no lingering
             raise

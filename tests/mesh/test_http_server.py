@@ -283,6 +283,27 @@ async def test_an_app_exception_is_500_and_the_connection_survives() -> None:
             assert answer.endswith(b"12345") and b"HTTP/1.1 200" in answer
 
 
+async def test_a_failure_inside_the_server_costs_one_connection_not_the_server(monkeypatch) -> None:
+    from mesh.runtime import http_server
+
+    original = http_server._Connection._scope
+
+    def failing(self, request):
+        if request.target == b"/bug":
+            raise LookupError("a bug in the server")
+        return original(self, request)
+
+    monkeypatch.setattr(http_server._Connection, "_scope", failing)
+    with trio.fail_after(10):
+        async with running(EchoApp()) as (url, _):
+            stream = await connect(url)
+            await stream.send_all(post("/bug", b""))
+            assert await read_until_closed(stream) == b""
+            stream = await connect(url)
+            await stream.send_all(post("/fine", b""))
+            assert [body for _, _, body in await read_responses(stream, 1)] == [b"POST /fine  0"]
+
+
 async def test_graceful_shutdown_finishes_the_request_in_flight_and_closes_idle_ones() -> None:
     entered, release = trio.Event(), trio.Event()
 
