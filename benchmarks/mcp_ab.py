@@ -7,7 +7,8 @@ every round loads each daemon in turn for ``--duration`` seconds with 8 clients 
 and httpx, as ``mcp_bench.py``), query vectors cached. Medians over ``--rounds`` rounds.
 
     python benchmarks/mcp_ab.py --code /work/main --code .          # before / after
-    python benchmarks/mcp_ab.py --code . --floor                    # beside hypercorn's no-op app
+    python benchmarks/mcp_ab.py --code . --floor                    # beside the no-op app's floor
+    python benchmarks/mcp_ab.py --code . --servers lean,hypercorn --floor   # our h11 server vs hypercorn
 
 The instruction counts of ``mcp_instructions.py`` are the load-proof figure; these are the
 CPU-time and rate figures that go beside them (quote the load average printed with them).
@@ -36,12 +37,12 @@ import mcp_bench as mb  # noqa: E402
 class CopiedNode:
     """``hyphae up`` from ``code`` on a copy of ``template`` (quacks like ``mcp_bench.Node``)."""
 
-    def __init__(self, code: Path, template: Path, key: str, root: Path) -> None:
+    def __init__(self, code: Path, template: Path, key: str, root: Path, server: str | None = None) -> None:
         self.home, self.key = root / "home", key
         shutil.copytree(template, self.home)
         with open(root / "daemon.log", "ab") as out:
             self.process = subprocess.Popen([sys.executable, "-m", "node.cli", "--home", str(self.home), "up"],
-                                            cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
+                                            cwd=code, env={**mb.server_env(server), "PYTHONPATH": str(code)},
                                             stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         self.url = mb.wait_for_daemon(self.home, self.process, root / "daemon.log")["api_url"]
 
@@ -53,7 +54,9 @@ class CopiedNode:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--code", type=Path, action="append", default=[], help="a checkout to measure (repeatable)")
-    parser.add_argument("--floor", action="store_true", help="also hypercorn's no-op app")
+    parser.add_argument("--floor", action="store_true", help="also the no-op app on each server")
+    parser.add_argument("--servers", default="", help="HTTP servers to run each checkout on, comma-separated "
+                        "(lean, hypercorn; default: the checkout's default)")
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--duration", type=float, default=4.0)
@@ -68,12 +71,15 @@ def main() -> None:
             mb.warm_hits(node)  # the 64 query vectors are cached in no copy: each daemon warms its own
         finally:
             node.stop()
-        for i, code in enumerate(args.code):
+        names = [name.strip() for name in args.servers.split(",") if name.strip()] or [None]
+        for i, (code, name) in enumerate((code, name) for code in args.code for name in names):
             (root / f"run-{i}").mkdir()
-            servers[str(code)] = server = CopiedNode(code.resolve(), node.home, node.key, root / f"run-{i}")
+            label = str(code) if name is None else f"{code} on {name}"
+            servers[label] = server = CopiedNode(code.resolve(), node.home, node.key, root / f"run-{i}", name)
             mb.warm_hits(server)
         if args.floor:
-            servers["hypercorn no-op app"] = mb.NoopServer()
+            for name in names:
+                servers[f"no-op app on {name or 'the default server'}"] = mb.NoopServer(name)
         runs: dict[tuple[str, str], list[dict[str, float]]] = {}
         for round_ in range(args.rounds):
             for client, raw in (("raw", True), ("httpx", False)):

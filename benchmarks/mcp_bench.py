@@ -1,13 +1,14 @@
 """MCP surface figures: tools/call throughput over HTTP, and stdio round-trip latency.
 
 Everything runs against real processes, as a user's machine does: ``hyphae up`` (the
-daemon: hypercorn on trio) on an ephemeral loopback port, and ``hyphae mcp`` (the stdio
-relay an editor launches) for the stdio figures.
+daemon: our h11 server on trio, or hypercorn's trio worker) on an ephemeral loopback port,
+and ``hyphae mcp`` (the stdio relay an editor launches) for the stdio figures.
 
     python benchmarks/mcp_bench.py                      # hashed + built-in model, 10k cells
-    python benchmarks/mcp_bench.py --skip-model         # hashed embedder only (~1 min)
+    python benchmarks/mcp_bench.py --skip-model         # hashed embedder only (~1 min per server)
     python benchmarks/mcp_bench.py --profile recall     # py-spy the daemon under 8-client recall
-    python benchmarks/mcp_bench.py --floor-only         # hypercorn's own floor, nothing else
+    python benchmarks/mcp_bench.py --floor-only         # the servers' own floors, nothing else
+    python benchmarks/mcp_bench.py --servers lean,hypercorn   # the hashed node under each (default: both)
 
 What is measured:
 
@@ -20,9 +21,12 @@ What is measured:
   once before timing) and *misses* (every query text unique, so each one is embedded).
 - stdio: ``hyphae mcp`` subprocess, one recall at a time (write a line, read a line),
   p50/p99 over ``--stdio-calls`` calls after a warm-up; hits and misses again.
-- hypercorn's floor: a no-op ASGI app (reads the body, answers a fixed JSON body) on
-  hypercorn's trio worker, configured as the daemon configures it, loaded by the same 8
-  clients. What a request costs the server before any of Hyphae's code runs.
+- each server's floor: a no-op ASGI app (reads the body, answers a fixed JSON body) on the
+  server (``HYPHAE_HTTP_SERVER``: ``lean`` is ``mesh/runtime/http_server.py``, ``hypercorn``
+  its trio worker), configured as the daemon configures it, loaded by the same 8 clients.
+  What a request costs the server before any of Hyphae's code runs.
+- the hashed node is measured once per server in ``--servers`` (a fresh node each), one
+  after the other in the same run; the built-in model node runs on the first one only.
 
 Two nodes: one with the hashed embedder (``[embedder] provider = "hashed"``), whose
 pre-fill of 10k cells takes seconds and whose figures are the cost of the surface and
@@ -106,17 +110,17 @@ def wait_for_daemon(home: Path, process: subprocess.Popen, log: Path) -> dict[st
 class Node:
     """A ``hyphae up`` on a fresh data dir, with one agent key."""
 
-    def __init__(self, root: Path, provider: str) -> None:
-        self.home = root / f"home-{provider}"
+    def __init__(self, root: Path, provider: str, server: str | None = None) -> None:
+        self.home = root / f"home-{provider}" if server is None else root / f"home-{provider}-{server}"
         init_home(self.home)
         config = self.home / "config.toml"
         config.write_text(config.read_text()
                           .replace('listen = "127.0.0.1:7777"', 'listen = "127.0.0.1:0"')
                           .replace('provider = "builtin"', f'provider = "{provider}"'))
-        self.log = root / f"daemon-{provider}.log"
+        self.log = self.home.with_suffix(".log")
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen([*HYPHAE, "--home", str(self.home), "up"], stdin=subprocess.DEVNULL,
-                                            stdout=out, stderr=out)
+                                            stdout=out, stderr=out, env=server_env(server))
         self.info = wait_for_daemon(self.home, self.process, self.log)
         self.url = self.info["api_url"]
         added = subprocess.run([*HYPHAE, "--home", str(self.home), "agent", "add", "bench"],
@@ -133,12 +137,18 @@ class Node:
                 self.process.wait(10)
 
 
+def server_env(server: str | None) -> dict[str, str]:
+    """The environment that makes a daemon (or the no-op app) use ``server`` (None: the default)."""
+    env = {key: value for key, value in os.environ.items() if key != "HYPHAE_HTTP_SERVER"}
+    return env if server is None else {**env, "HYPHAE_HTTP_SERVER": server}
+
+
 class NoopServer:
     """The floor: ``serve_noop`` in a subprocess (quacks like :class:`Node` for :func:`measure`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: str | None = None) -> None:
         self.process = subprocess.Popen([sys.executable, __file__, "--serve-noop"], stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=server_env(server))
         self.url, self.key = f"http://127.0.0.1:{int(self.process.stdout.readline())}", "unused"
 
     def stop(self) -> None:
@@ -150,11 +160,11 @@ NOOP_BODY = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text"
 
 
 def serve_noop() -> None:
-    """Serve a no-op ASGI app on hypercorn's trio worker until killed; print the port first."""
+    """Serve a no-op ASGI app until killed, on the server ``$HYPHAE_HTTP_SERVER`` names, set up
+    as the daemon sets it up; print the port first."""
     import socket
 
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
+    from mesh.runtime.http_server import HttpLimits, serve_asgi
 
     async def app(scope, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -172,15 +182,12 @@ def serve_noop() -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     print(sock.getsockname()[1], flush=True)
-    config = Config()  # as node/daemon.py sets it up
-    config.bind = [f"fd://{sock.detach()}"]
-    config.accesslog = None
-    config.keep_alive_timeout = 75
-    trio.run(serve, app, config)
+    limits = HttpLimits(keep_alive_timeout=75, graceful_timeout=5)  # as node/daemon.py sets it up
+    trio.run(partial(serve_asgi, app, sock, limits=limits))
 
 
-def hypercorn_floor(args: argparse.Namespace) -> dict[str, Any]:
-    server = NoopServer()
+def server_floor(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    server = NoopServer(name)
     try:
         return {f"{name}_x8": measure(server, 8, recall_hit, args.duration, args.repeats, raw)
                 for name, raw in (("raw_client", True), ("httpx", False))}
@@ -426,7 +433,7 @@ _OWNERS = (
     (("mcp_bridge/dispatch.py", "mcp_bridge/tools.py", "mcp_bridge/schema.py", "mcp_bridge/jsonrpc.py", "json/"),
      "MCP dispatch + JSON"),
     (("mcp_bridge/http.py", "node/api/", "node/daemon.py"), "MCP HTTP app + API router"),
-    (("hypercorn", "h11"), "hypercorn + h11"),
+    (("hypercorn", "h11", "http_server.py"), "HTTP server (hypercorn or ours) + h11"),
     (("trio",), "trio socket I/O + scheduling"),
 )
 _IDLE = ("epoll_wait", "_io_epoll.py:243", "_thread_cache.py", "worker.py:62", "database.py:194", "database.py:199", "queue.py",
@@ -493,7 +500,8 @@ def main() -> None:
     parser.add_argument("--skip-model", action="store_true", help="hashed embedder only")
     parser.add_argument("--profile", choices=("recall", "store"), help="py-spy the hashed daemon under 8 clients")
     parser.add_argument("--json", type=Path, help="write the figures here too")
-    parser.add_argument("--floor-only", action="store_true", help="measure hypercorn's floor and stop")
+    parser.add_argument("--floor-only", action="store_true", help="measure the servers' floors and stop")
+    parser.add_argument("--servers", default="lean,hypercorn", help="HTTP servers to compare (comma-separated)")
     parser.add_argument("--serve-noop", action="store_true", help=argparse.SUPPRESS)  # the floor's server
     args = parser.parse_args()
     if args.serve_noop:
@@ -502,26 +510,29 @@ def main() -> None:
 
     report: dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv), "cells": args.cells}
     print(f"machine: {report['machine']}", flush=True)
-    report["hypercorn_floor"] = floor = hypercorn_floor(args)
-    print(f"hypercorn floor (no-op app): {floor}", flush=True)
+    servers = [name.strip() for name in args.servers.split(",") if name.strip()]
+    for name in servers:
+        report[f"{name}_floor"] = floor = server_floor(args, name)
+        print(f"{name} floor (no-op app): {floor}", flush=True)
     if args.floor_only:
         print(json.dumps(report, indent=2))
         return
     root = Path(tempfile.mkdtemp(prefix="hyphae-mcp-bench-"))
     try:
-        print("hashed embedder node:", flush=True)
-        node = Node(root, "hashed")
-        try:
-            report["hashed"] = bench_node(node, args, store=True)
-            if args.profile:
-                body = recall_hit if args.profile == "recall" else store_call
-                report["profile"] = profile_daemon(node, root / "profile", 12.0, body)
-                print(report["profile"], flush=True)
-        finally:
-            node.stop()
+        for name in servers:
+            print(f"hashed embedder node, {name} server:", flush=True)
+            node = Node(root, "hashed", name)
+            try:
+                report[f"hashed_{name}"] = bench_node(node, args, store=True)
+                if args.profile:
+                    body = recall_hit if args.profile == "recall" else store_call
+                    report[f"profile_{name}"] = profile_daemon(node, root / f"profile-{name}", 12.0, body)
+                    print(report[f"profile_{name}"], flush=True)
+            finally:
+                node.stop()
         if not args.skip_model:
-            print("built-in model node:", flush=True)
-            node = Node(root, "builtin")
+            print(f"built-in model node, {servers[0]} server:", flush=True)
+            node = Node(root, "builtin", servers[0])
             try:
                 report["builtin"] = bench_node(node, args, store=False)
             finally:

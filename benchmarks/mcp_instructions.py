@@ -7,7 +7,8 @@ valgrind's callgrind, the counters are zeroed after a warm-up, exactly ``--reque
 instructions the daemon's threads executed are divided by the number of requests.
 
     python benchmarks/mcp_instructions.py --code /work/main --code .   # before / after, one data dir
-    python benchmarks/mcp_instructions.py --floor                      # hypercorn's no-op app alone
+    python benchmarks/mcp_instructions.py --floor                      # the no-op app alone
+    python benchmarks/mcp_instructions.py --code . --servers lean,hypercorn --floor   # each server
 
 Each ``--code`` is a checkout whose ``node``/``mcp_bridge`` the daemon imports (``PYTHONPATH``),
 so two versions answer from copies of the same pre-filled data dir. Caveats: kernel work (the
@@ -72,13 +73,13 @@ def count(process: subprocess.Popen, url: str, key: str, requests: int, out: Pat
     return _total_instructions(latest) / requests
 
 
-def run_daemon(code: Path, template: Path, key: str, root: Path, requests: int) -> float:
+def run_daemon(code: Path, template: Path, key: str, root: Path, requests: int, server: str | None = None) -> float:
     home = root / "home"
     shutil.copytree(template, home)
     out = root / "callgrind.out"
     log = open(root / "daemon.log", "wb")
     process = subprocess.Popen([*VALGRIND, f"--callgrind-out-file={out}", sys.executable, "-m", "node.cli",
-                                "--home", str(home), "up"], cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
+                                "--home", str(home), "up"], cwd=code, env={**mb.server_env(server), "PYTHONPATH": str(code)},
                                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 1800
@@ -98,10 +99,11 @@ def run_daemon(code: Path, template: Path, key: str, root: Path, requests: int) 
             process.wait()
 
 
-def run_floor(root: Path, requests: int) -> float:
+def run_floor(root: Path, requests: int, server: str | None = None) -> float:
     out = root / "callgrind.out"
     process = subprocess.Popen([*VALGRIND, f"--callgrind-out-file={out}", sys.executable, mb.__file__,
-                                "--serve-noop"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                "--serve-noop"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               env=mb.server_env(server))
     try:
         url = f"http://127.0.0.1:{int(process.stdout.readline())}"
         return count(process, url, "unused", requests, out)
@@ -113,11 +115,14 @@ def run_floor(root: Path, requests: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--code", type=Path, action="append", default=[], help="a checkout to measure (repeatable)")
-    parser.add_argument("--floor", action="store_true", help="also hypercorn's no-op app")
+    parser.add_argument("--floor", action="store_true", help="also the no-op app on each server")
+    parser.add_argument("--servers", default="", help="HTTP servers to run each checkout on, comma-separated "
+                        "(lean, hypercorn; default: the checkout's default)")
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=200)
     args = parser.parse_args()
 
+    names = [name.strip() for name in args.servers.split(",") if name.strip()] or [None]
     root = Path(tempfile.mkdtemp(prefix="hyphae-mcp-instructions-"))
     figures: dict[str, float] = {}
     try:
@@ -127,15 +132,18 @@ def main() -> None:
                 mb.prefill(node, args.cells)
             finally:
                 node.stop()
-            for i, code in enumerate(args.code):
+            for i, (code, name) in enumerate((code, name) for code in args.code for name in names):
                 run_root = root / f"run-{i}"
                 run_root.mkdir()
-                figures[str(code.resolve())] = run_daemon(code.resolve(), node.home, node.key, run_root, args.requests)
-                print(f"{code}: {figures[str(code.resolve())] / 1e6:.3f} M instructions per recall", flush=True)
+                label = str(code.resolve()) if name is None else f"{code.resolve()} on {name}"
+                figures[label] = run_daemon(code.resolve(), node.home, node.key, run_root, args.requests, name)
+                print(f"{label}: {figures[label] / 1e6:.3f} M instructions per recall", flush=True)
         if args.floor:
-            (root / "floor").mkdir()
-            figures["hypercorn no-op app"] = run_floor(root / "floor", args.requests)
-            print(f"hypercorn no-op app: {figures['hypercorn no-op app'] / 1e6:.3f} M instructions per request")
+            for name in names:
+                label = f"no-op app on {name or 'the default server'}"
+                (root / f"floor-{name}").mkdir()
+                figures[label] = run_floor(root / f"floor-{name}", args.requests, name)
+                print(f"{label}: {figures[label] / 1e6:.3f} M instructions per request", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps({name: round(value) for name, value in figures.items()}, indent=2))

@@ -1,7 +1,8 @@
 """``hyphae up``: the node daemon, and the composition root of the surfaces.
 
 It owns the data dir (its lock), opens the memory service, and serves one ASGI app on
-the API port with hypercorn's trio worker: REST, ``POST /mcp`` (from ``mcp_bridge``;
+the API port with our h11 server (``mesh.runtime.http_server``; hypercorn when
+``HYPHAE_HTTP_SERVER=hypercorn``): REST, ``POST /mcp`` (from ``mcp_bridge``;
 this module is the one place in ``node`` that imports it, because it composes the
 surfaces) and health. ``daemon.json`` in the data dir says where it listens, so the
 CLI and ``hyphae mcp`` find it; the admin token there lets the data dir's owner manage
@@ -24,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
 from mcp_bridge.local import SOCKET_NAME, bind_local_socket, serve_local_socket
+
+from mesh.runtime.http_server import HttpLimits, serve_asgi, server_choice
 
 from .api import RestApi, make_api_app
 from .api.rest import _version
@@ -103,7 +104,9 @@ def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | N
         EVENTS_PATH: events_app(service, closing if closing is not None else trio.Event(), admin_token=admin_token),
         **static_apps(),
     }
-    return drain_unread_bodies(make_api_app(rest, mounts))
+    app = make_api_app(rest, mounts)
+    # Our own server drains (or lingers over) what an app leaves unread; hypercorn needs the wrapper.
+    return drain_unread_bodies(app) if server_choice() == "hypercorn" else app
 
 
 DRAIN_LIMIT = 16 * 1024 * 1024
@@ -188,12 +191,7 @@ async def run_daemon(
                 write_private(home / ADMIN_TOKEN_FILE, admin_token + "\n")
             except OSError as exc:
                 raise _startup_error(exc, home) from None
-            hyper = HypercornConfig()
-            hyper.bind = [f"fd://{sock.detach()}"]  # hypercorn owns and closes the descriptor
-            hyper.accesslog = None
-            hyper.errorlog = logging.getLogger("hypercorn.error")
-            hyper.keep_alive_timeout = 75
-            hyper.graceful_timeout = 5
+            limits = HttpLimits(keep_alive_timeout=75, graceful_timeout=5, max_body_bytes=DRAIN_LIMIT)
             info = {
                 "pid": os.getpid(),
                 "api_url": api_url,
@@ -210,7 +208,7 @@ async def run_daemon(
 
             async def run_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
                 try:
-                    await serve(app, hyper, shutdown_trigger=shutdown.wait, task_status=task_status)
+                    await serve_asgi(app, sock, shutdown_trigger=shutdown.wait, limits=limits, task_status=task_status)
                 finally:
                     served.set()
 
@@ -241,7 +239,7 @@ async def run_daemon(
                 write_private(daemon_file, json.dumps(info))
                 announce(f"Hyphae node {service.node_id} serving {api_url} (MCP: {api_url}/mcp) from {home}")
                 task_status.started(info)
-                await served.wait()  # hypercorn returns once shutdown was asked for and requests drained
+                await served.wait()  # the server returns once shutdown was asked for and requests drained
                 nursery.cancel_scope.cancel()
             announce("Shutting down: requests drained; saving indexes.")
         finally:

@@ -41,6 +41,7 @@ from ..errors import MeshError
 from ..wire import WIRE_VERSION
 from .faults import FaultPlan, Verdict
 from .http_client import FrameClient, FrameClientError, ResponseTimeout
+from .http_server import HttpLimits, serve_asgi
 
 if TYPE_CHECKING:
     from .driver import MeshRuntime
@@ -450,18 +451,8 @@ async def serve_mesh(
     app: Any, sock: socket.socket, *, shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
     graceful_timeout: float = 2.0, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:  # fmt: skip
-    """Serve ``app`` with hypercorn on ``sock`` until cancelled (or ``shutdown_trigger`` returns).
-
-    Hypercorn adopts the file descriptor (``fd://``) and closes it when it stops, so the
-    socket object is detached here: ``sock`` must not be used afterwards.
-    """
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
-
-    config = Config()
-    config.bind = [f"fd://{sock.detach()}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.keep_alive_timeout = 75  # longer than the clients' keep-alive expiry
-    config.graceful_timeout = graceful_timeout
-    await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+    """Serve ``app`` on ``sock`` until cancelled (or ``shutdown_trigger`` returns), with the
+    server :func:`~mesh.runtime.http_server.serve_asgi` picks. The server takes ``sock`` over
+    and closes it when it stops: ``sock`` must not be used afterwards."""
+    limits = HttpLimits(graceful_timeout=graceful_timeout)
+    await serve_asgi(app, sock, shutdown_trigger=shutdown_trigger, limits=limits, task_status=task_status)

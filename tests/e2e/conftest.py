@@ -1,7 +1,7 @@
 """End-to-end fixtures: real ``hyphae`` processes on fresh data dirs.
 
 Every test here talks to the product the way a user's machine does: a daemon started
-with ``python -m node.cli up`` (hypercorn on trio, an ephemeral port on 127.0.0.1, found
+with ``python -m node.cli up`` (our h11 server on trio, an ephemeral port on 127.0.0.1, found
 through ``daemon.json``), agents made with ``hyphae agent add``, ``hyphae mcp`` driven
 over its stdin/stdout. Nothing is imported from the product except to *prepare* a data
 dir (``init_home``) and to read constants for comparison.

@@ -1,6 +1,6 @@
 """The trio runtime: real engines, real HTTP on loopback, one trio process.
 
-Each node is an engine + :class:`MeshRuntime` + :class:`HttpTransport` + a hypercorn
+Each node is an engine + :class:`MeshRuntime` + :class:`HttpTransport` + an HTTP server (serve_mesh)
 server on ``127.0.0.1``; nodes are stapled by ``PeerDiscovered``. Timer intervals are
 small so the stories run in seconds. The first tests drive the runtime with a
 scripted stand-in for the engine, to pin down timers, lanes and shutdown exactly.

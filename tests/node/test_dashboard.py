@@ -1,6 +1,6 @@
 """The dashboard's server side on a real daemon: the page, the live stream, the read routes.
 
-``run_daemon`` serves hypercorn on an ephemeral loopback port in this process (hashed
+``run_daemon`` serves the API (our h11 server) on an ephemeral loopback port in this process (hashed
 embedder, no team); the client is httpx, reading the event stream line by line the way
 the page's ``fetch()`` reader does. The browser itself is exercised in
 ``tests/e2e/test_dashboard_browser.py``.

@@ -2,7 +2,7 @@
 
 The facade's own numbers (stores, recalls, latencies) are read from an in-process
 service; the served endpoint, the MCP tool histogram and a mesh drop counted under its
-reason come from a real daemon (``run_daemon`` with hypercorn on an ephemeral loopback
+reason come from a real daemon (``run_daemon`` with our h11 server on an ephemeral loopback
 port, in a team, mesh on loopback) talked to over HTTP.
 """
 
