@@ -15,7 +15,7 @@ as browsers and httpcore do: the server never read it.
 
 Exceptions (all :class:`FrameClientError`)::
 
-    FrameClientError
+    FrameClientError (a MeshError)
     ├── ConnectFailed     no connection, or it broke before a whole response arrived
     ├── ResponseTimeout   no whole response within the timeout
     └── BadResponse       the peer answered with something that is not HTTP/1.x
@@ -28,26 +28,31 @@ import errno
 
 import trio
 
+from ..errors import MeshError
+
 __all__ = ["FrameClient", "FrameClientError", "ConnectFailed", "ResponseTimeout", "BadResponse"]
 
 _MAX_HEAD_BYTES = 64 * 1024
 _READ_BYTES = 256 * 1024
 
 
-class FrameClientError(Exception):
-    pass
+class FrameClientError(MeshError):
+    reason = "http_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.reason, message)
 
 
 class ConnectFailed(FrameClientError):
-    pass
+    reason = "connect_failed"
 
 
 class ResponseTimeout(FrameClientError):
-    pass
+    reason = "response_timeout"
 
 
 class BadResponse(FrameClientError):
-    pass
+    reason = "bad_response"
 
 
 class _Closed(Exception):
