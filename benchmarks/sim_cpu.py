@@ -34,27 +34,28 @@ def main() -> None:
     p.add_argument("--store-interval-ms", type=int, default=50)
     p.add_argument("--warmup-max-ms", type=int, default=120_000)
     p.add_argument("--strategy", default="hyphae")
+    p.add_argument("--crypto", choices=("sim", "real"), default="sim", help="the engines' crypto suite")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print the N top functions (cProfile)")
     args = p.parse_args()
     cfg = RunConfig(
         nodes=args.nodes, stores=args.stores, seed=args.seed, view=args.view, loss=args.loss, dim=64,
         beacons_per_node=1, strategies=tuple(args.strategy.split(",")), store_interval_ms=args.store_interval_ms,
-        warmup_max_ms=args.warmup_max_ms,
+        warmup_max_ms=args.warmup_max_ms, crypto=args.crypto,
     )  # fmt: skip
     load = os.getloadavg()[0]
-    started = time.process_time()
+    started, wall = time.process_time(), time.perf_counter()
     if args.profile:
         profile = cProfile.Profile(time.process_time)
         result = profile.runcall(run, cfg)
         pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
     else:
         result = run(cfg)
-    cpu = time.process_time() - started
+    cpu, wall = time.process_time() - started, time.perf_counter() - wall
     keys = ("delivery_ratio", "precision", "messages_per_store", "control_messages_per_store",
             "warmup_control_messages")  # fmt: skip
     headline = {name: {k: s.get(k) for k in keys} for name, s in result.summary["strategies"].items()}
     print(json.dumps({
-        "config": vars(args), "cpu_s": round(cpu, 1), "load_at_start": load, "load_at_end": os.getloadavg()[0],
+        "config": vars(args), "cpu_s": round(cpu, 1), "wall_s": round(wall, 1), "load_at_start": load, "load_at_end": os.getloadavg()[0],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "summary": headline,
     }))  # fmt: skip
 

@@ -53,6 +53,7 @@ __all__ = [
     "share_data_payloads",
     "encode_envelope",
     "decode_envelope",
+    "envelope_diffs",
     "CONTROL_KINDS",
     "DATA_KINDS",
 ]
@@ -629,6 +630,12 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     return Envelope(
         mtype, _int(sent_at, "sent_at"), _str(address, "sender_address", limits.max_text_chars), keys, diffs, **fields
     )
+
+
+def envelope_diffs(data: bytes) -> list[list[Any]]:
+    """An envelope's raw diffs ``[signed, signature, hops, ttl]``, unchecked: for an observer
+    of frames the engines produced (the simulator's metrics), not for admission."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)[5]
 
 
 def _decode_haves(raw: Any) -> HaveSet:
