@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from .config import EnergyParams, MeshConfig
 from .engine import MeshEngine
 from .errors import Reason, SealError
@@ -34,7 +36,9 @@ from .memory import MemoryDiffLog
 from .team import FRAME_VERSION, Team
 from .wire import id_bytes, id_hex
 
-__all__ = ["LinkConditions", "VirtualNetwork", "Host", "PlainSealer", "fast_crypto", "make_engine"]
+__all__ = [
+    "LinkConditions", "VirtualNetwork", "Host", "PlainSealer", "fast_crypto", "seeded_identity", "make_engine",
+]  # fmt: skip
 
 START_MS = 1_780_000_000_000
 
@@ -194,6 +198,11 @@ def fast_crypto(rng: random.Random) -> tuple[str, bytes, Callable[[bytes], bytes
         return hashlib.blake2b(message, key=public_key).digest()
 
     return node_id_for(public_key), public_key, sign, _fast_verify
+
+
+def seeded_identity(rng: random.Random) -> NodeIdentity:
+    """A real Ed25519 identity drawn from ``rng``: the same node id every run of a seed."""
+    return NodeIdentity(Ed25519PrivateKey.from_private_bytes(rng.randbytes(32)))
 
 
 def _fast_verify(public_key: bytes, signature: bytes, message: bytes) -> bool:

@@ -53,6 +53,7 @@ __all__ = [
     "share_data_payloads",
     "encode_envelope",
     "decode_envelope",
+    "envelope_diffs",
     "CONTROL_KINDS",
     "DATA_KINDS",
 ]
@@ -638,6 +639,12 @@ def _decode_acks(raw: Any, limits: WireLimits) -> tuple[int, ...]:
     if len(acks) > limits.max_diffs:
         raise _fail("too many acks", Reason.TOO_MANY_DIFFS)
     return tuple(_int(a, "ack") for a in acks)
+
+
+def envelope_diffs(data: bytes) -> list[list[Any]]:
+    """An envelope's raw diffs ``[signed, signature, hops, ttl]``, unchecked: for an observer
+    of frames the engines produced (the simulator's metrics), not for admission."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)[5]
 
 
 def _decode_haves(raw: Any) -> HaveSet:

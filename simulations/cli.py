@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .network import CRYPTO_SUITES
 from .runner import ALL_STRATEGIES, RunConfig, run, write
 
 __all__ = ["main", "build_parser", "config_from"]
@@ -57,6 +58,9 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("--mesh", action="append", default=[], metavar="KEY=VALUE", help="MeshConfig override")
     p.add_argument("--energy", action="append", default=[], metavar="KEY=VALUE",
                    help="energy model override (node/energy.py), e.g. max_hops=12 or match_slack=0.1")
+    p.add_argument("--crypto", choices=CRYPTO_SUITES, default="sim",
+                   help="engines' crypto: sim (keyed-hash signatures and frame tags of the real sizes; "
+                   "default) or real (Ed25519 + ChaCha20-Poly1305, as deployed; several times slower)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--no-plots", action="store_true")
 
@@ -81,7 +85,7 @@ def config_from(args: argparse.Namespace, **overrides: object) -> RunConfig:
         topics=args.topics, beacons_per_node=args.beacons_per_node, zipf=args.zipf,
         store_interval_ms=args.store_interval_ms, drain_ms=args.drain_ms, degree=args.degree, fanout=args.fanout,
         ttl=args.ttl, mesh=_mesh_overrides(args.mesh), warmup_max_ms=args.warmup_max_ms,
-        energy=_mesh_overrides(args.energy),
+        energy=_mesh_overrides(args.energy), crypto=args.crypto,
     )  # fmt: skip
     values.update(overrides)
     return RunConfig(**values)  # type: ignore[arg-type]

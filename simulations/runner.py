@@ -18,7 +18,7 @@ from typing import Any
 from node.energy import EnergyModel
 
 from .metrics import CELL_COLUMNS, summarise
-from .network import ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule, departures
+from .network import CRYPTO_SUITES, ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule, departures
 from .strategies import STRATEGIES, Context
 from .workload import Workload, WorkloadSpec
 
@@ -51,6 +51,7 @@ class RunConfig:
     warmup_max_ms: int = 120_000
     mesh: tuple[tuple[str, Any], ...] = ()  # MeshConfig overrides, e.g. (("repair_interval_ms", 10000),)
     energy: tuple[tuple[str, Any], ...] = ()  # EnergyModel overrides, e.g. (("max_hops", 12),)
+    crypto: str = "sim"  # the engines' crypto: "sim" (keyed hashes, same sizes) or "real" (Ed25519, ChaCha20)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.strategies) - set(STRATEGIES))
@@ -60,6 +61,8 @@ class RunConfig:
             raise ValueError("loss and duplicate are probabilities in [0, 1)")
         if self.view not in ("full", "partial"):
             raise ValueError("view is full or partial")
+        if self.crypto not in CRYPTO_SUITES:
+            raise ValueError(f"crypto is one of {', '.join(CRYPTO_SUITES)}")
         Latency.parse(self.latency)
         if self.partition:
             PartitionSpec.parse(self.partition)
@@ -115,7 +118,7 @@ def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
         ctx = Context(
             workload, model, cfg.seed, energy, drain_ms=cfg.effective_drain_ms(), view=cfg.view,
             mesh_config=dict(cfg.mesh), warmup_max_ms=cfg.warmup_max_ms, degree=cfg.degree, fanout=cfg.fanout,
-            ttl=cfg.ttl, skipped=skipped,
+            ttl=cfg.ttl, skipped=skipped, crypto=cfg.crypto,
         )  # fmt: skip
         t0 = time.perf_counter()
         outcome = STRATEGIES[name]().run(ctx)
