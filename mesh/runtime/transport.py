@@ -40,7 +40,7 @@ import trio
 from ..errors import MeshError
 from ..wire import WIRE_VERSION
 from .faults import FaultPlan, Verdict
-from .http_client import FrameClient, FrameClientError, ResponseTimeout
+from .http_client import BadResponse, FrameClient, FrameClientError, ResponseTimeout
 from .http_server import HttpLimits, serve_asgi
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ class SendError(MeshError):
     CONNECT_FAILED = "connect_failed"
     TIMEOUT = "timeout"
     HTTP_STATUS = "http_status"  # the peer answered, but not 2xx
+    BAD_RESPONSE = "bad_response"  # the peer answered with something that is not HTTP/1.x
     PARTITIONED = "partitioned"  # a FaultPlan blocked it
     BAD_ADDRESS = "bad_address"
     CLOSED = "closed"  # the transport was closed
@@ -244,6 +245,8 @@ class HttpTransport(_Counted):
             return await self.client.post(host, port, frame, self._timeout_s)  # type: ignore[union-attr]
         except ResponseTimeout as exc:
             raise self._fail(traffic, address, SendError.TIMEOUT, str(exc)) from None
+        except BadResponse as exc:
+            raise self._fail(traffic, address, SendError.BAD_RESPONSE, str(exc)) from None
         except FrameClientError as exc:
             raise self._fail(traffic, address, SendError.CONNECT_FAILED, f"{type(exc).__name__}: {exc}") from None
 
@@ -254,6 +257,8 @@ class HttpTransport(_Counted):
             )
         except httpx.TimeoutException as exc:
             raise self._fail(traffic, address, SendError.TIMEOUT, type(exc).__name__) from None
+        except (httpx.RemoteProtocolError, httpx.DecodingError) as exc:
+            raise self._fail(traffic, address, SendError.BAD_RESPONSE, f"{type(exc).__name__}: {exc}") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise self._fail(traffic, address, SendError.CONNECT_FAILED, f"{type(exc).__name__}: {exc}") from None
         return response.status_code, response.content

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import httpx
 import pytest
 import trio
 
@@ -150,3 +151,14 @@ async def test_the_transport_maps_the_lean_client_onto_send_errors(serve):
     with pytest.raises(SendError) as caught:
         await transport.send(address, b"frame")
     assert caught.value.reason == SendError.CLOSED
+
+
+async def test_a_peer_that_does_not_speak_http_is_a_bad_response_not_a_connect_failure(serve):
+    server = ScriptedServer(lambda i, body: b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
+    port = await serve(server)
+    for transport in (HttpTransport(timeout=0.5), HttpTransport(client=httpx.AsyncClient(), timeout=0.5)):
+        with trio.fail_after(5), pytest.raises(SendError) as caught:
+            await transport.send(f"127.0.0.1:{port}", b"frame")
+        assert caught.value.reason == SendError.BAD_RESPONSE
+        assert transport.status()["peers"][f"127.0.0.1:{port}"]["last_error"]
+        await transport.client.aclose()

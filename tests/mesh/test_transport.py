@@ -94,7 +94,7 @@ async def test_a_frame_is_posted_as_octet_stream_to_the_frames_path():
     [
         (httpx.ReadTimeout("slow"), SendError.TIMEOUT),
         (httpx.ConnectError("refused"), SendError.CONNECT_FAILED),
-        (httpx.RemoteProtocolError("garbled"), SendError.CONNECT_FAILED),
+        (httpx.RemoteProtocolError("garbled"), SendError.BAD_RESPONSE),
         (404, SendError.HTTP_STATUS),
         (503, SendError.HTTP_STATUS),
     ],
