@@ -73,7 +73,8 @@ class EffectSink(Protocol):
     """Receives every effect that is not ``SendFrame``/``SetTimer``, in order.
 
     A sink may also offer ``async apply_many(effects)`` for a run of ``StoreRemoteCell``
-    (the cells of one batch, independent of each other): it returns once all are applied.
+    (the cells of the frames handled together, independent of each other): it returns
+    once all are applied, durably, since the acks for them leave right after.
     """
 
     async def apply(self, effect: Effect) -> None: ...
