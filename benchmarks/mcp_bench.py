@@ -218,23 +218,30 @@ class RawConnection:
     bytes out, Content-Length-framed response in. Used to show what the *server* can do
     once the client's own CPU (httpx: more than the server's, per request) is taken out."""
 
-    def __init__(self, stream: trio.SocketStream, host: str, key: str) -> None:
+    def __init__(self, stream: trio.SocketStream, host: str, key: str, path: str = "/mcp") -> None:
         self.stream = stream
-        self.head = (f"POST /mcp HTTP/1.1\r\nhost: {host}\r\nx-hyphae-key: {key}\r\n"
+        self.head = (f"POST {path} HTTP/1.1\r\nhost: {host}\r\nx-hyphae-key: {key}\r\n"
                      "content-type: application/json\r\naccept: application/json\r\n").encode()
         self.buffer = bytearray()
+        self.status = 0  # of the last response
 
     async def post(self, body: bytes) -> bytes:
         await self.stream.send_all(self.head + b"content-length: %d\r\n\r\n" % len(body) + body)
         while (end := self.buffer.find(b"\r\n\r\n")) < 0:
-            self.buffer += await self.stream.receive_some(65536)
+            await self._receive_more()
         head = bytes(self.buffer[:end]).lower()
+        self.status = int(head[9:12])
         length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
         while len(self.buffer) < end + 4 + length:
-            self.buffer += await self.stream.receive_some(65536)
+            await self._receive_more()
         body = bytes(self.buffer[end + 4:end + 4 + length])
         del self.buffer[:end + 4 + length]
         return body
+
+    async def _receive_more(self) -> None:
+        if not (received := await self.stream.receive_some(65536)):
+            raise ConnectionError("the server closed the connection")
+        self.buffer += received
 
 
 async def http_load(url: str, key: str, clients: int, duration: float, make_body, warmup: float = 1.0,

@@ -32,7 +32,9 @@ rest), no zeroconf. The harness is ``tests/e2e_mesh/cluster.py``. Three parts:
    outstanding (beyond that the generator waits, so a saturated mesh shows as a lower
    achieved rate rather than as an unbounded queue), round-robin over origins, projects
    ``load-m`` (m = 0..4) drawn at random; project ``load-m`` interests m nodes. Afterwards
-   every inbox is counted against the expected number (origin excluded). CPU is read from
+   every inbox is counted against the expected number (origin excluded). The generator posts
+   over raw keep-alive HTTP/1.1 connections (``mcp_bench.RawConnection``), idle ones pooled per
+   origin, so that its own CPU (reported apart) leaves the cores to the daemons. CPU is read from
    ``/proc`` per daemon thread (roles from ``py-spy dump`` when it is installed), and the
    data diffs sent are split into first sends, resends and repair replies.
 
@@ -62,6 +64,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.mcp_bench import RawConnection  # noqa: E402
 from tests.e2e_mesh.cluster import Lab, MeshNode, wait_beacons_known, wait_until  # noqa: E402
 
 NODES = 5
@@ -389,26 +392,35 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
     failures: list[str] = []
 
     async def run() -> float:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-        clients = [
-            httpx.AsyncClient(base_url=n.api_url, headers={"x-hyphae-key": k}, timeout=30.0, limits=limits,
-                              trust_env=False)
-            for n, k in zip(nodes, keys)
-        ]  # fmt: skip
+        # Raw keep-alive connections, idle ones pooled per origin: the generator is not under
+        # test, and httpx cost more CPU per store than a daemon's whole REST side.
+        idle: list[list[RawConnection]] = [[] for _ in nodes]
+
+        async def connection(origin: int) -> RawConnection:
+            if idle[origin]:
+                return idle[origin].pop()
+            host, port = nodes[origin].api_url.removeprefix("http://").rsplit(":", 1)
+            stream = await trio.open_tcp_stream(host, int(port))
+            return RawConnection(stream, f"{host}:{port}", keys[origin], path="/v1/cells")
 
         slots = trio.Semaphore(max_inflight)
 
         async def one(i: int, origin: int, m: int) -> None:
             began = trio.current_time()
+            body = json.dumps({"content": f"{LOAD_QUERY} {i} from n{origin}", "cell_type": "Fact",
+                               "project": f"load-{m}"}).encode()  # fmt: skip
+            conn = None
             try:
-                response = await clients[origin].post(
-                    "/v1/cells", json={"content": f"{LOAD_QUERY} {i} from n{origin}", "cell_type": "Fact",
-                                       "project": f"load-{m}"},
-                )  # fmt: skip
-                if response.status_code != 201:
-                    failures.append(f"{response.status_code} {response.text[:200]}")
-            except httpx.HTTPError as exc:
+                with trio.fail_after(30.0):
+                    conn = await connection(origin)
+                    answer = await conn.post(body)
+                if conn.status != 201:
+                    failures.append(f"{conn.status} {answer[:200]!r}")
+                idle[origin].append(conn)
+            except (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError) as exc:
                 failures.append(repr(exc))
+                if conn is not None:
+                    await conn.stream.aclose()
             finally:
                 slots.release()
             call_ms.append((trio.current_time() - began) * 1000)
@@ -426,8 +438,8 @@ def part_sustained(nodes: list[MeshNode], keys: list[str], rate: float, seconds:
                     nursery.start_soon(one, i, origin, m)
             return trio.current_time() - t0
         finally:
-            for client in clients:
-                await client.aclose()
+            for conn in (c for pool in idle for c in pool):
+                await conn.stream.aclose()
 
     wall_began = time.monotonic()
     elapsed = trio.run(run)

@@ -93,8 +93,8 @@ class MeshLink:
             log.info("peer %s at %s is %s", effect.peer_id[:12], effect.address, effect.state)
 
     async def apply_many(self, effects: list[Any]) -> None:
-        """The cells of one batch (a run of ``StoreRemoteCell``) as one write job: one
-        durable commit and one wake-up for the batch, not one per cell."""
+        """The cells of the frames the runtime handled together (a run of ``StoreRemoteCell``)
+        as one write job: one durable commit and one wake-up for all, not one per cell."""
         cells = [self._cell(e.cell, e.origin_node, e.hops, e.signature) for e in effects]
         stored = await self.service.ingest_remote_many([c for c, _ in cells], re_embed=[again for _, again in cells])
         self._count(stored, {c.node_id: c.origin_node for c, _ in cells})

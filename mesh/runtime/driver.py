@@ -27,9 +27,15 @@ The effects of one event are carried out in order:
   engine ignores an early firing and would not re-arm that timer. Pending deadlines
   outlive the runtime: a new runtime for the same engine inherits them.
 * everything else is awaited in ``sink.apply(effect)``; a sink that raises is logged
-  and counted, and the runtime goes on. A run of consecutive ``StoreRemoteCell`` (one
-  data batch) goes to ``sink.apply_many`` when the sink has it, so the cells of one
-  batch can share one durable commit.
+  and counted, and the runtime goes on.
+
+Events already queued when the engine task takes one (up to ``coalesce_limit``) are
+handled back to back as a group, and the ``StoreRemoteCell`` effects of the whole group
+go to ``sink.apply_many`` at once when the sink has it: the cells of several frames share
+one durable commit. An acknowledged write must survive a crash, so every ``SendFrame``
+(an ack alone, on a data frame, or in a response) and ``SetTimer`` that comes after a
+pending cell waits until that cell is applied; any other sink effect first applies the
+cells ahead of it, so effects keep their order apart from frames waiting for cells.
 
 Received frames hold one of ``frame_backlog`` slots until the engine has handled
 them, so a flood of frames pushes back on the HTTP handlers (and through them on
@@ -67,7 +73,8 @@ class EffectSink(Protocol):
     """Receives every effect that is not ``SendFrame``/``SetTimer``, in order.
 
     A sink may also offer ``async apply_many(effects)`` for a run of ``StoreRemoteCell``
-    (the cells of one batch, independent of each other): it returns once all are applied.
+    (the cells of the frames handled together, independent of each other): it returns
+    once all are applied, durably, since the acks for them leave right after.
     """
 
     async def apply(self, effect: Effect) -> None: ...
@@ -110,7 +117,7 @@ class MeshRuntime:
     def __init__(
         self, engine: MeshEngine, *, transport: Transport, sink: EffectSink, clock: Callable[[], int] | None = None,
         peer_queue_limit: int = 256, per_peer_concurrency: int = 4, frame_backlog: int = 256,
-        lane_idle_timeout: float = 60.0,
+        lane_idle_timeout: float = 60.0, coalesce_limit: int = 64,
     ) -> None:  # fmt: skip
         self.engine = engine
         self.transport = transport
@@ -123,6 +130,7 @@ class MeshRuntime:
         self._peer_queue_limit = peer_queue_limit
         self._per_peer_concurrency = per_peer_concurrency
         self._lane_idle_timeout = lane_idle_timeout
+        self._coalesce_limit = coalesce_limit
         self._events_tx, self._events_rx = trio.open_memory_channel[tuple[Event, _ReplySlot | None]](math.inf)
         self._frame_slots = trio.Semaphore(frame_backlog)
         self._timers = _PENDING_TIMERS.setdefault(engine, {})
@@ -142,7 +150,7 @@ class MeshRuntime:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._timer_loop)
-                await self._handle(Started(), None)
+                await self._handle_group([(Started(), None)])
                 task_status.started()
                 await self._engine_loop()
         finally:
@@ -195,47 +203,91 @@ class MeshRuntime:
     # -- the engine task ----------------------------------------------------------------
 
     async def _engine_loop(self) -> None:
-        async for event, slot in self._events_rx:
+        while True:
+            group = [await self._events_rx.receive()]
+            # Events already queued are handled back to back, so the remote cells of several
+            # frames share one durable commit instead of paying one each.
+            while len(group) < self._coalesce_limit:
+                try:
+                    group.append(self._events_rx.receive_nowait())
+                except trio.WouldBlock:
+                    break
             try:
-                await self._handle(event, slot)
+                await self._handle_group(group)
             finally:
-                if isinstance(event, FrameReceived):
-                    self._frame_slots.release()
-                if slot is not None:
-                    slot.done.set()
+                for event, slot in group:
+                    if isinstance(event, FrameReceived):
+                        self._frame_slots.release()
+                    if slot is not None:
+                        slot.done.set()
 
-    async def _handle(self, event: Event, slot: _ReplySlot | None) -> None:
+    async def _handle_group(self, group: list[tuple[Event, _ReplySlot | None]]) -> None:
+        """Handle queued events in order; their ``StoreRemoteCell`` effects are applied in one
+        ``apply_many``, and every frame or timer that follows such a cell waits for it.
+
+        An acknowledged write must survive a crash: the engine emits the ack for a cell (alone,
+        on a data frame, or in a response) after the cell's ``StoreRemoteCell``, so no frame
+        leaves before the stores ahead of it have committed. Other sink effects keep their
+        place: the stores ahead of one are committed first.
+        """
+        stores: list[StoreRemoteCell] = []
+        held: list[tuple[SendFrame | SetTimer, _ReplySlot | None]] = []  # waiting for ``stores``
+        for n, (event, slot) in enumerate(group):
+            if n:
+                # Let the other tasks (the REST API, the HTTP handlers) run between events: a
+                # group handled without a pause held up local stores several-fold under load.
+                await trio.lowlevel.checkpoint()
+            for effect in self._engine_effects(event):
+                if isinstance(effect, StoreRemoteCell):
+                    stores.append(effect)
+                elif isinstance(effect, (SendFrame, SetTimer)):
+                    if stores:
+                        held.append((effect, slot))
+                    else:
+                        self._carry_out(effect, slot)
+                else:
+                    await self._commit(stores, held)
+                    await self._apply(effect)
+        await self._commit(stores, held)
+
+    def _engine_effects(self, event: Event) -> list[Effect]:
         try:
             effects = self.engine.handle(event, self.clock())
         except Exception:
             # A bug in the engine, not bad input (that is counted inside): keep serving.
             self.counters["engine_errors"] += 1
             log.exception("the mesh engine failed on %s", type(event).__name__)
-            return
+            return []
         self.counters["events"] += 1
-        i, n = 0, len(effects)
-        while i < n:
-            effect = effects[i]
-            i += 1
-            if isinstance(effect, SendFrame):
-                if effect.in_reply and slot is not None and not slot.abandoned:
-                    slot.frames.append(effect.frame)
-                    self.counters["replies_in_response"] += 1
-                    if effect.data_bytes:
-                        self.counters["data_frames_in_response"] += 1
-                else:
-                    self._enqueue_frame(effect)
-            elif isinstance(effect, SetTimer):
-                self._timers[effect.name] = effect.at_ms
-                self._timers_changed.set()
-            elif isinstance(effect, StoreRemoteCell) and hasattr(self.sink, "apply_many"):
-                run = [effect]
-                while i < n and isinstance(effects[i], StoreRemoteCell):
-                    run.append(effects[i])
-                    i += 1
-                await self._apply_many(run) if len(run) > 1 else await self._apply(effect)
-            else:
+        return effects
+
+    async def _commit(
+        self, stores: list[StoreRemoteCell], held: list[tuple[SendFrame | SetTimer, _ReplySlot | None]]
+    ) -> None:
+        """Apply the pending cells (one ``apply_many`` when the sink has it), then carry out
+        what waited for them, in order. Empties both lists."""
+        if len(stores) > 1 and hasattr(self.sink, "apply_many"):
+            self.counters["store_runs"] += 1
+            await self._apply_many(list(stores))
+        else:
+            for effect in stores:
                 await self._apply(effect)
+        stores.clear()
+        for effect, slot in held:
+            self._carry_out(effect, slot)
+        held.clear()
+
+    def _carry_out(self, effect: SendFrame | SetTimer, slot: _ReplySlot | None) -> None:
+        if isinstance(effect, SetTimer):
+            self._timers[effect.name] = effect.at_ms
+            self._timers_changed.set()
+        elif effect.in_reply and slot is not None and not slot.abandoned:
+            slot.frames.append(effect.frame)
+            self.counters["replies_in_response"] += 1
+            if effect.data_bytes:
+                self.counters["data_frames_in_response"] += 1
+        else:
+            self._enqueue_frame(effect)
 
     async def _apply(self, effect: Effect) -> None:
         try:

@@ -98,6 +98,39 @@ async def test_the_daemons_runtime_hands_a_batch_to_the_link_as_one_write_job(se
     assert sorted(await inbox_ids(service, reader)) == sorted(e.cell.node_id for e in batch)
 
 
+class _FrameBatchesEngine:
+    """An engine that answers each frame with the cells scripted for it."""
+
+    def __init__(self, batches: dict[bytes, list]) -> None:
+        self.batches = batches
+
+    def handle(self, event, now_ms: int) -> list:
+        return self.batches.pop(event.frame, []) if isinstance(event, ev.FrameReceived) else []
+
+
+async def test_frames_queued_together_are_ingested_as_one_write_job(service, make_agent):
+    from mesh.runtime import MemoryHub, MemoryTransport, MeshRuntime
+    from node.mesh_node import _LazySink
+
+    reader, link, origin = await reader_and_link(service, make_agent)
+    first = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in range(1, 6)]
+    second = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in range(6, 9)]
+    engine = _FrameBatchesEngine({b"f1": first, b"f2": second})
+    runtime = MeshRuntime(engine, transport=MemoryTransport(MemoryHub(), source="me"), sink=_LazySink(lambda: link))
+    jobs = service.db.jobs
+    with trio.fail_after(10):
+        # Both frames wait in the queue before the engine task starts: it takes them together.
+        for frame in (b"f1", b"f2"):
+            await runtime.receive_frame("peer", frame)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            while link.cells_received < 8:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert service.db.jobs - jobs == 1, "each frame's cells were a write job of their own"
+    assert sorted(await inbox_ids(service, reader)) == sorted(e.cell.node_id for e in first + second)
+
+
 async def test_one_bad_cell_does_not_hold_back_its_batch(service, make_agent):
     reader, link, origin = await reader_and_link(service, make_agent)
     good = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in range(1, 4)]
