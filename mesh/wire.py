@@ -428,7 +428,10 @@ def _decode_body(kind: DiffKind, body: list, limits: WireLimits, signed_len: int
 # over and over. Their payloads are immutable (strings, tuples, a read-only vector), so the
 # decoded header and payload are kept, keyed by the exact signed bytes and the limits.
 _SHAREABLE_KINDS = {3, 4, 6}  # BEACON, UNBEACON, PEER (scenes carry a mutable map)
-_DECODED: dict[tuple[bytes, WireLimits], tuple[DiffKind, str, int, int, Payload]] = {}
+# (signed, limits) -> (kind, origin, seq, ts, payload, signed, signature): the first decode's
+# objects, handed to every later decode of the same bytes, so the many engines of a simulator
+# that hold one diff hold one copy of its payload, signed bytes and (equal) signature.
+_DECODED: dict[tuple[bytes, WireLimits], tuple[DiffKind, str, int, int, Payload, bytes, bytes]] = {}
 _DECODED_MAX = 100_000
 
 
@@ -456,7 +459,9 @@ def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: 
     """Decode a diff's signed bytes (not verifying the signature: the engine does)."""
     known = _DECODED.get((signed, limits)) if type(signed) is bytes else None
     if known is not None:
-        diff = Diff(*known, signed, _bin(signature, "signature", 64), _int(hops, "hops"), _int(ttl, "ttl"))
+        kind, origin, seq, ts, payload, first_signed, first_signature = known
+        signature = first_signature if signature == first_signature else _bin(signature, "signature", 64)
+        diff = Diff(kind, origin, seq, ts, payload, first_signed, signature, _int(hops, "hops"), _int(ttl, "ttl"))
         if diff.hops < 0 or diff.ttl < 0:
             raise _fail("seq, hops and ttl must be positive")
         return diff
@@ -483,7 +488,7 @@ def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: 
     if kind in _SHAREABLE_KINDS and type(signed) is bytes:
         if len(_DECODED) >= _DECODED_MAX:
             _DECODED.clear()
-        _DECODED[(signed, limits)] = (kind, diff.origin, diff.seq, diff.ts, payload)
+        _DECODED[(signed, limits)] = (kind, diff.origin, diff.seq, diff.ts, payload, signed, diff.signature)
     return diff
 
 
@@ -525,7 +530,14 @@ def _encode_digest(digest: Mapping[str, int]) -> dict[bytes, int]:
 
 def _decode_digest(digest: dict) -> dict[str, int]:
     hexes = _ID_HEX
-    out: dict[str, int] = {}
+    try:  # every origin seen before (the usual case): one comprehension, then the versions' types
+        out = {hexes[raw]: version for raw, version in digest.items()}
+    except (KeyError, TypeError):
+        pass
+    else:
+        if set(map(type, out.values())) <= {int}:  # msgpack's integers are all within the range below
+            return out
+    out = {}
     for raw, version in digest.items():
         origin = hexes.get(raw) if type(raw) is bytes else None
         if origin is None:
