@@ -608,7 +608,7 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
         if type(entry) is list and len(entry) == 2 and type(origin) is bytes and (text := hexes.get(origin)):
             pk, proof = entry
             if type(pk) is bytes and len(pk) == 32 and type(proof) is bytes and len(proof) == 32:
-                keys[text] = (pk, proof)
+                keys[text] = _key_entry(pk, proof)
                 continue
         pk, proof = _list(entry, "key entry", 2)
         keys[id_hex(_bin(origin, "key origin"))] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
@@ -644,6 +644,21 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     return Envelope(
         mtype, _int(sent_at, "sent_at"), _str(address, "sender_address", limits.max_text_chars), keys, diffs, **fields
     )
+
+
+# public key -> (public key, proof) as first decoded: every frame carries its sender's key, and
+# each engine keeps the members' keys, so a simulator's engines share one copy of each.
+_KEY_ENTRIES: dict[bytes, tuple[bytes, bytes]] = {}
+
+
+def _key_entry(public_key: bytes, proof: bytes) -> tuple[bytes, bytes]:
+    known = _KEY_ENTRIES.get(public_key)
+    if known is not None and known[1] == proof:
+        return known
+    if len(_KEY_ENTRIES) > 200_000:
+        _KEY_ENTRIES.clear()
+    entry = _KEY_ENTRIES[public_key] = (public_key, proof)
+    return entry
 
 
 def _decode_acks(raw: Any, limits: WireLimits) -> tuple[int, ...]:

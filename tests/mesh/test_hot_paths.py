@@ -158,3 +158,12 @@ def test_engines_decoding_one_diff_share_its_bytes_but_not_a_different_signature
     forged = decode_signed(bytes(diff.signed), bytes(64), 1, 0)  # same body, another signature
     assert forged.signature == bytes(64) and forged.signed is first.signed
     assert not ME.verify(ME.public_key, forged.signature, forged.signed)
+
+
+def test_frames_carrying_one_key_share_it_and_a_changed_proof_is_kept_apart():
+    frame = lambda proof: Envelope(MsgType.PING, 1000, "n1", {ME.node_id: (ME.public_key, proof)}, nonce=1)  # noqa: E731
+    first = decode_envelope(encode_envelope(frame(bytes(32)))).keys[ME.node_id]
+    again = decode_envelope(encode_envelope(frame(bytes(32)))).keys[ME.node_id]
+    assert again is first and again == (ME.public_key, bytes(32))
+    other = decode_envelope(encode_envelope(frame(b"\x01" * 32))).keys[ME.node_id]
+    assert other == (ME.public_key, b"\x01" * 32)  # what the frame says, checked by the keyring as before
