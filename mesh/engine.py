@@ -32,7 +32,9 @@ never touches a socket. Five parts, one module each:
   from ``peer`` diffs within the radius); recipients relay to the interests they know,
   and only a walk toward unseen interest spends the hop budget (:class:`PartialView`);
   a relay that wanted the cell pushes along its links as they stand now, both ways
-  (:mod:`mesh.links`).
+  (:mod:`mesh.links`). Its gossip round goes to the live neighbour silent the longest when one
+  is due a probe, and is that probe (every partial-view node answers a round): no PING and
+  PONG besides the gossip, as long as the neighbours are alive.
 * **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
   replay and clock skew; every diff for membership, signature and duplication. Each
   rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
