@@ -32,7 +32,9 @@ never touches a socket. Five parts, one module each:
   from ``peer`` diffs within the radius); recipients relay to the interests they know,
   and only a walk toward unseen interest spends the hop budget (:class:`PartialView`);
   a relay that wanted the cell pushes along its links as they stand now, both ways
-  (:mod:`mesh.links`).
+  (:mod:`mesh.links`). Its gossip round goes to the live neighbour silent the longest when one
+  is due a probe, and is that probe (every partial-view node answers a round): no PING and
+  PONG besides the gossip, as long as the neighbours are alive.
 * **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
   replay and clock skew; every diff for membership, signature and duplication. Each
   rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
@@ -690,7 +692,8 @@ class MeshEngine:
         need = self.control.needs_from(env.digest, known_only=self.partial)
         if self.partial and not need and self.control.version(peer.node_id) < env.digest.get(peer.node_id, 0):
             need = True  # its own diffs, even new to us: it is one hop away (it may have chosen us)
-        if delta or need:
+        # A partial view always answers (even with nothing): the round may be the peer's liveness probe.
+        if delta or need or self.partial:
             self._send(
                 peer.address, MsgType.GOSSIP, tuple(delta),
                 digest=self.control.digest() if need else None, reply_wanted=need, in_reply=True,
@@ -744,7 +747,8 @@ class MeshEngine:
             self._choose_neighbours()
         live = (self.peers.neighbours if self.partial else self.peers.in_state)(PeerState.ALIVE, PeerState.SUSPECT)
         if live:
-            self._send_gossip(self._rng.choice(live).address)
+            target = self._gossip_probe(live) if self.partial else None
+            self._send_gossip((target or self._rng.choice(live)).address)
         now = self._now
         for address, due in list(self._contacts.items()):
             if due <= now:
@@ -778,6 +782,19 @@ class MeshEngine:
             if not peer.neighbour:  # one already a random neighbour stays one, and counts
                 peer.neighbour = peer.chosen = True
                 self.control.closer(peer.node_id, 1)  # a neighbour: what it signs we share onward
+
+    def _gossip_probe(self, live: list[Peer]) -> Peer | None:
+        """Partial view: the live neighbour silent the longest, if one is due a probe. The round
+        goes to it and is its probe: a neighbour answers every gossip that asks for a reply, and
+        any frame from it is the proof of life a ping would fetch (so no PING and PONG as well)."""
+        now, limit = self._now, self.config.probe_interval_ms
+        due = [p for p in live if p.state is PeerState.ALIVE and not p.ping_nonce and now - p.last_contact >= limit]
+        if not due:
+            return None
+        peer = min(due, key=lambda p: p.last_contact)  # the first in table order among equals
+        self._ping_ids += 1
+        self.peers.pinged(peer, self._ping_ids, now)  # times out like a ping: FAILED, then suspect
+        return peer
 
     def _send_gossip(self, address: str) -> None:
         self._send(address, MsgType.GOSSIP, digest=self.control.digest(), reply_wanted=True)
@@ -831,7 +848,9 @@ class MeshEngine:
                 self._liveness(peer, Liveness.FAILED)
             if peer.state is PeerState.SUSPECT and now - peer.changed_at >= cfg.suspect_timeout_ms:
                 self._liveness(peer, Liveness.EXPIRED)
-            if self.partial and not peer.ping_nonce:
+            # A partial view's live neighbours are probed by the gossip round (_gossip_probe);
+            # suspects and the dead get pings.
+            if self.partial and not peer.ping_nonce and peer.state is not PeerState.ALIVE:
                 limit = cfg.dead_probe_interval_ms if peer.state is PeerState.DEAD else cfg.probe_interval_ms
                 if now - peer.last_contact >= limit:
                     due.append(peer)

@@ -9,14 +9,16 @@ a three-state machine, driven by three inputs and written down as a table:
     suspect         alive    suspect   dead
     dead            alive    dead      dead
 
-HEARD is any authenticated frame from the peer; FAILED is a ping without answer,
-a send the runtime could not make, or a batch given up; EXPIRED is "suspect for
+HEARD is any authenticated frame from the peer; FAILED is a probe without answer (a ping,
+or in a partial view the gossip round that probes a live neighbour), a send the runtime
+could not make, or a batch given up; EXPIRED is "suspect for
 ``suspect_timeout_ms``". Peers learned from gossip start alive (optimistic): a
 failed probe corrects that within a few seconds.
 
 In a partial view only *neighbours* (the seeds we contacted, the peers that gossip with us
 while fewer than ``max_neighbours`` random ones are taken, and ``interest_neighbours`` chosen
-for their beacons) are gossiped with and pinged;
+for their beacons) are gossiped with and probed (a live one by the gossip round, which it
+always answers; a suspect by ping);
 other peers are contacts we push data to directly, learned from ``peer`` diffs within
 the interest radius, whose liveness comes from acks and failed sends.
 """

@@ -428,7 +428,10 @@ def _decode_body(kind: DiffKind, body: list, limits: WireLimits, signed_len: int
 # over and over. Their payloads are immutable (strings, tuples, a read-only vector), so the
 # decoded header and payload are kept, keyed by the exact signed bytes and the limits.
 _SHAREABLE_KINDS = {3, 4, 6}  # BEACON, UNBEACON, PEER (scenes carry a mutable map)
-_DECODED: dict[tuple[bytes, WireLimits], tuple[DiffKind, str, int, int, Payload]] = {}
+# (signed, limits) -> (kind, origin, seq, ts, payload, signed, signature): the first decode's
+# objects, handed to every later decode of the same bytes, so the many engines of a simulator
+# that hold one diff hold one copy of its payload, signed bytes and (equal) signature.
+_DECODED: dict[tuple[bytes, WireLimits], tuple[DiffKind, str, int, int, Payload, bytes, bytes]] = {}
 _DECODED_MAX = 100_000
 
 
@@ -456,7 +459,9 @@ def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: 
     """Decode a diff's signed bytes (not verifying the signature: the engine does)."""
     known = _DECODED.get((signed, limits)) if type(signed) is bytes else None
     if known is not None:
-        diff = Diff(*known, signed, _bin(signature, "signature", 64), _int(hops, "hops"), _int(ttl, "ttl"))
+        kind, origin, seq, ts, payload, first_signed, first_signature = known
+        signature = first_signature if signature == first_signature else _bin(signature, "signature", 64)
+        diff = Diff(kind, origin, seq, ts, payload, first_signed, signature, _int(hops, "hops"), _int(ttl, "ttl"))
         if diff.hops < 0 or diff.ttl < 0:
             raise _fail("seq, hops and ttl must be positive")
         return diff
@@ -483,7 +488,7 @@ def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: 
     if kind in _SHAREABLE_KINDS and type(signed) is bytes:
         if len(_DECODED) >= _DECODED_MAX:
             _DECODED.clear()
-        _DECODED[(signed, limits)] = (kind, diff.origin, diff.seq, diff.ts, payload)
+        _DECODED[(signed, limits)] = (kind, diff.origin, diff.seq, diff.ts, payload, signed, diff.signature)
     return diff
 
 
@@ -525,7 +530,14 @@ def _encode_digest(digest: Mapping[str, int]) -> dict[bytes, int]:
 
 def _decode_digest(digest: dict) -> dict[str, int]:
     hexes = _ID_HEX
-    out: dict[str, int] = {}
+    try:  # every origin seen before (the usual case): one comprehension, then the versions' types
+        out = {hexes[raw]: version for raw, version in digest.items()}
+    except (KeyError, TypeError):
+        pass
+    else:
+        if set(map(type, out.values())) <= {int}:  # msgpack's integers are all within the range below
+            return out
+    out = {}
     for raw, version in digest.items():
         origin = hexes.get(raw) if type(raw) is bytes else None
         if origin is None:
@@ -596,7 +608,7 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
         if type(entry) is list and len(entry) == 2 and type(origin) is bytes and (text := hexes.get(origin)):
             pk, proof = entry
             if type(pk) is bytes and len(pk) == 32 and type(proof) is bytes and len(proof) == 32:
-                keys[text] = (pk, proof)
+                keys[text] = _key_entry(pk, proof)
                 continue
         pk, proof = _list(entry, "key entry", 2)
         keys[id_hex(_bin(origin, "key origin"))] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
@@ -632,6 +644,21 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     return Envelope(
         mtype, _int(sent_at, "sent_at"), _str(address, "sender_address", limits.max_text_chars), keys, diffs, **fields
     )
+
+
+# public key -> (public key, proof) as first decoded: every frame carries its sender's key, and
+# each engine keeps the members' keys, so a simulator's engines share one copy of each.
+_KEY_ENTRIES: dict[bytes, tuple[bytes, bytes]] = {}
+
+
+def _key_entry(public_key: bytes, proof: bytes) -> tuple[bytes, bytes]:
+    known = _KEY_ENTRIES.get(public_key)
+    if known is not None and known[1] == proof:
+        return known
+    if len(_KEY_ENTRIES) > 200_000:
+        _KEY_ENTRIES.clear()
+    entry = _KEY_ENTRIES[public_key] = (public_key, proof)
+    return entry
 
 
 def _decode_acks(raw: Any, limits: WireLimits) -> tuple[int, ...]:

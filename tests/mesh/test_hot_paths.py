@@ -139,3 +139,31 @@ def test_a_bad_digest_entry_is_malformed(digest):
     assert decode_envelope(gossip_frame({bytes.fromhex(ME.node_id): 1})).digest == {ME.node_id: 1}
     with pytest.raises(WireError):
         decode_envelope(gossip_frame(digest))
+
+
+@pytest.mark.parametrize("bad", ["1", 1.5, True, None, [1]])
+def test_a_bad_version_is_malformed_where_every_origin_is_known_too(bad):
+    ids = [NodeIdentity.generate().node_id for _ in range(5)]
+    known = {bytes.fromhex(node_id): i for i, node_id in enumerate(ids)}
+    assert decode_envelope(gossip_frame(known)).digest == dict(zip(ids, range(5)))  # all memoised now
+    with pytest.raises(WireError):
+        decode_envelope(gossip_frame({**known, bytes.fromhex(ids[2]): bad}))
+
+
+def test_engines_decoding_one_diff_share_its_bytes_but_not_a_different_signature():
+    diff = beacon_diff()
+    first = decode_signed(bytes(diff.signed), bytes(diff.signature), 1, 0)
+    again = decode_signed(bytes(diff.signed), bytes(diff.signature), 2, 0)  # another frame, equal bytes
+    assert again.signed is first.signed and again.signature is first.signature
+    forged = decode_signed(bytes(diff.signed), bytes(64), 1, 0)  # same body, another signature
+    assert forged.signature == bytes(64) and forged.signed is first.signed
+    assert not ME.verify(ME.public_key, forged.signature, forged.signed)
+
+
+def test_frames_carrying_one_key_share_it_and_a_changed_proof_is_kept_apart():
+    frame = lambda proof: Envelope(MsgType.PING, 1000, "n1", {ME.node_id: (ME.public_key, proof)}, nonce=1)  # noqa: E731
+    first = decode_envelope(encode_envelope(frame(bytes(32)))).keys[ME.node_id]
+    again = decode_envelope(encode_envelope(frame(bytes(32)))).keys[ME.node_id]
+    assert again is first and again == (ME.public_key, bytes(32))
+    other = decode_envelope(encode_envelope(frame(b"\x01" * 32))).keys[ME.node_id]
+    assert other == (ME.public_key, b"\x01" * 32)  # what the frame says, checked by the keyring as before
