@@ -94,3 +94,6 @@ class MeshConfig:
     inbound_link_timeout_ms: int = 30_000
     max_inbound_links: int | None = None
     widen_leaves: bool = True  # a relay with no interest within relay_radius pushes to all it knows
+    # Each relayed copy names up to this many nodes already sent it (its sender's targets, then
+    # those its sender was told of); the receiver pushes to none of them (mesh.told). 0: off.
+    told_limit: int = 32

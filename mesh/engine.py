@@ -68,6 +68,7 @@ from .outbox import Batch, Outbox
 from .repair import Owed, RepairClient, answer_repair
 from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy
 from .team import FRAME_OVERHEAD, FrameSealer
+from .told import MAX_TOLD, tell
 from .wire import (
     CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, Envelope, MsgType, Payload,
     PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope,
@@ -223,6 +224,12 @@ class MeshEngine:
         distance = self.control.distance
         return lambda node_id: distance.get(node_id, hops + 1) <= hops
 
+    def _told(self, sent_to: list[str], was_told: bytes) -> bytes:
+        """Partial view: the told list our copies of a diff carry (:mod:`mesh.told`)."""
+        if not self.partial or not self.config.told_limit:
+            return b""
+        return tell(sent_to, was_told, min(self.config.told_limit, MAX_TOLD))
+
     def _neighbour(self, node_id: str) -> bool:
         peer = self.peers.get(node_id)
         return peer is not None and peer.neighbour
@@ -304,7 +311,10 @@ class MeshEngine:
         self.store.put(diff, self._now)
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
-        for peer_id in self.router.origin_targets(wire, cell, self._now):
+        targets = self.router.origin_targets(wire, cell, self._now)
+        if told := self._told(sorted(targets), b""):
+            wire = wire.routed(wire.hops, wire.ttl, told)
+        for peer_id in targets:
             self._enqueue(peer_id, wire, e0)
 
     def _on_cell_forgotten(self, event: CellForgotten) -> None:
@@ -667,8 +677,10 @@ class MeshEngine:
             targets = self.router.relay_targets(diff, cell, sender.node_id, self._now)
             if targets:
                 e0 = self.energy.initial(cell.salience, cell.cell_type)
-                for peer_id in sorted(targets - {diff.origin, sender.node_id, self.node_id}):
-                    onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id))
+                onward_to = sorted(targets - {diff.origin, sender.node_id, self.node_id})
+                told = self._told(onward_to, diff.told)
+                for peer_id in onward_to:
+                    onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id), told=told)
                     self._enqueue(peer_id, onward, e0)
 
     # -- receiving: the control plane --------------------------------------------------

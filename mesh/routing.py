@@ -24,7 +24,8 @@ Routing policies decide where a diff goes:
   cell pushes only along its links (``near``: the engine's links as they stand now, both
   ways, :mod:`mesh.links`), since interest farther off is as near to other holders; unless
   none of its links leads to interest: then it is a leaf of the spread, and pushes to all
-  the interest it knows, or the spread would end there.
+  the interest it knows, or the spread would end there. A relay pushes to none of the nodes
+  its copy names as already sent it (:mod:`mesh.told`), nor walks to them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Protocol
 import numpy as np
 
 from .config import EnergyParams
+from .told import told_name, told_names
 from .wire import BeaconPayload, CellPayload, Diff
 
 __all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView", "PartialView"]
@@ -325,7 +327,9 @@ class PartialView:
 
         self.walked: frozenset[str] = frozenset()  # the walk hop among the last targets returned
 
-    def _targets(self, cell: CellPayload, now: int, exclude: set[str], budget: int, relay: bool) -> set[str]:
+    def _targets(
+        self, cell: CellPayload, now: int, exclude: set[str], budget: int, relay: bool, told: bytes = b""
+    ) -> set[str]:
         self.walked = frozenset()
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         owners = {e.owner for e in self.index.match(cell, e0, now, self.energy)} - exclude
@@ -337,11 +341,13 @@ class PartialView:
             linked = {o for o in owners if self.near(o)}
             if linked or not self.widen_leaves:
                 owners = linked
+        # Interest in sight, even if all of it was sent the cell already, ends the walk here.
+        sent = told_names(told) if told else set()
         if owners or budget <= 0 or wanted:
-            return owners
+            return {o for o in owners if told_name(o) not in sent} if sent else owners
         # No interest in sight: a neighbour we hand it to sees another radius (its own
         # neighbours' interests we already know, so only worth it if it may relay on).
-        candidates = sorted(set(self.neighbours()) - exclude)
+        candidates = sorted(n for n in set(self.neighbours()) - exclude if not sent or told_name(n) not in sent)
         if not candidates:
             return set()
         self.walked = frozenset({self._walk_to(candidates, cell)})
@@ -366,7 +372,7 @@ class PartialView:
         """Known interest at any ``ttl``; a walk hop only while ``ttl`` lasts (see :meth:`onward_ttl`)."""
         if cell is None:
             return set()
-        return self._targets(cell, now, {self.self_id, sender, diff.origin}, diff.ttl, relay=True)
+        return self._targets(cell, now, {self.self_id, sender, diff.origin}, diff.ttl, relay=True, told=diff.told)
 
     def onward_ttl(self, diff: Diff, target: str) -> int:
         """The ``ttl`` a copy of ``diff`` carries to ``target`` from the last targets returned:
