@@ -135,6 +135,7 @@ def main() -> None:
     p.add_argument("--covered", action="store_true", help="rule near: a relay one hop from the origin, sent the cell by it, pushes along no link (the origin knew them all)")
     p.add_argument("--outward", action="store_true", help="rule near: a relay pushes only to those whose beacon is farther from the cell than its own")
     p.add_argument("--told", type=int, default=0, help="each copy names up to TOLD nodes already sent the cell (its sender's targets first, then what the sender was told); a relay skips them")
+    p.add_argument("--walk-far", action="store_true", help="a walk goes to the known node (within the radius) whose beacon is nearest the cell, not only to a neighbour")
     p.add_argument("--steer", action="store_true", help="walk to the neighbour whose beacon is nearest the cell")
     args = p.parse_args()
     energy = EnergyModel()
@@ -189,7 +190,8 @@ def main() -> None:
                     walk = ttl > 0 if origin else (ttl - 1 > 0 and u not in wanted)
                 else:
                     walk = True if origin else (ttl > 0 and (u not in wanted or args.rule == "leafwalk"))
-                nb = [x for x in adj[u] if x not in (u, sender, c.origin) and x not in told]
+                pool = sorted(known[u]) if args.walk_far else adj[u]
+                nb = [x for x in pool if x not in (u, sender, c.origin) and x not in told]
                 if walk and nb:
                     to = max(nb, key=lambda x: float(vectors[x] @ c.vector)) if args.steer else rng.choice(nb)
                     sends = [(to, ttl if origin else ttl - 1)]

@@ -68,7 +68,7 @@ from .outbox import Batch, Outbox
 from .repair import Owed, RepairClient, answer_repair
 from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy
 from .team import FRAME_OVERHEAD, FrameSealer
-from .told import MAX_TOLD, tell
+from .told import MAX_TOLD, tell, told_name, told_names
 from .wire import (
     CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, Envelope, MsgType, Payload,
     PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope,
@@ -95,6 +95,7 @@ class Counters:
     bytes_sent: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # data/control
     data_diffs_sent: int = 0
     data_diffs_resent: int = 0  # of those, sent again (no ack in time)
+    data_diffs_withdrawn: int = 0  # queued for a peer, dropped unsent: the peer had it (partial view)
     repair_diffs_sent: int = 0  # of those, in repair replies
     frames_received: int = 0
     bytes_received: int = 0
@@ -161,7 +162,8 @@ class MeshEngine:
                 self.node_id, self.beacons, energy,
                 lambda: [p.node_id for p in self.peers.neighbours(PeerState.ALIVE, PeerState.SUSPECT)], self._rng.choice,
                 self.own_beacons, steer=config.steer_walk, near=self._near(config.relay_radius),
-                widen_leaves=config.widen_leaves,
+                widen_leaves=config.widen_leaves, walk_far=config.walk_far,
+                reachable=self._reachable,
             )  # fmt: skip
         else:
             self.router = FullView(self.node_id, self.beacons, energy)
@@ -229,6 +231,20 @@ class MeshEngine:
         if not self.partial or not self.config.told_limit:
             return b""
         return tell(sent_to, was_told, min(self.config.told_limit, MAX_TOLD))
+
+    def _withdraw_copies(self, diff: Diff, sender_id: str) -> None:
+        """A copy of a diff we hold came in: the copies we queued for its sender, and for the
+        nodes it names as sent it, would be duplicates (partial view; those in flight are gone)."""
+        self.counters.data_diffs_withdrawn += self.outbox.withdraw(sender_id, diff.origin, diff.seq)
+        if diff.told and self.outbox.ready:
+            names = told_names(diff.told)
+            for peer_id in [p for p in self.outbox.ready if told_name(p) in names]:
+                self.counters.data_diffs_withdrawn += self.outbox.withdraw(peer_id, diff.origin, diff.seq)
+
+    def _reachable(self, node_id: str) -> bool:
+        """Partial view: a node we could send to now (see _enqueue)."""
+        peer = self.peers.get(node_id)
+        return node_id in self.contacts if peer is None else peer.state is not PeerState.DEAD
 
     def _neighbour(self, node_id: str) -> bool:
         peer = self.peers.get(node_id)
@@ -657,6 +673,8 @@ class MeshEngine:
             return
         if self.store.has(diff.origin, diff.seq) or diff.origin == self.node_id:
             self._drop(Reason.DUPLICATE)
+            if self.partial:
+                self._withdraw_copies(diff, sender.node_id)
             return
         if not self._admit(diff, env):
             return
@@ -980,6 +998,7 @@ class MeshEngine:
             "bytes_sent": dict(c.bytes_sent),
             "data_diffs_sent": c.data_diffs_sent,
             "data_diffs_resent": c.data_diffs_resent,
+            "data_diffs_withdrawn": c.data_diffs_withdrawn,
             "repair_diffs_sent": c.repair_diffs_sent,
             "frames_received": c.frames_received,
             "bytes_received": c.bytes_received,

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 __all__ = ["TOLD_ID_BYTES", "MAX_TOLD", "told_name", "told_names", "tell"]
 
 TOLD_ID_BYTES = 4
-MAX_TOLD = 64  # names per copy: the wire's bound (a relay may send fewer, MeshConfig.told_limit)
+MAX_TOLD = 128  # names per copy: the wire's bound (a relay sends at most MeshConfig.told_limit)
 
 
 @functools.lru_cache(maxsize=1 << 16)
