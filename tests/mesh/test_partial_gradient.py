@@ -94,3 +94,23 @@ def test_a_relay_with_no_interest_linked_to_it_pushes_to_every_interest_it_knows
     pushes to all the interest it knows, and ``d`` takes it on to ``e``."""
     outcome = {widen: spread(unit(43), ("b", "d", "e"), widen_leaves=widen, repair_interval_ms=600_000) for widen in (True, False)}
     assert outcome == {True: ({"b", "d", "e"}, 3), False: ({"b"}, 1)}
+
+
+def test_a_steered_walk_goes_to_the_known_node_nearest_the_cell_not_only_to_a_neighbour():
+    """Radius 2: ``a`` knows ``b`` (its neighbour) and ``c``; neither wants the cell, ``c``'s
+    beacon is nearer it. Only ``e`` wants it, two hops past ``c``. With a budget of one hop
+    the walk to the neighbour ``b`` ends there (``e`` is three hops from ``b``); the walk to
+    ``c`` lands within ``e``'s radius, and ``c`` pushes it on, spending nothing."""
+    topic = unit(44)
+    held = {}
+    for walk_far in (True, False):
+        net = line(2, interest_neighbours=0, walk_far=walk_far, repair_interval_ms=600_000)
+        net.inject("b", BeaconPlaced(beacon(near(topic, 0.1, seed=1), agent="agent-b")))
+        net.inject("c", BeaconPlaced(beacon(near(topic, 0.6, seed=2), agent="agent-c")))
+        net.inject("e", BeaconPlaced(beacon(topic, agent="agent-e")))
+        net.run_for(30_000)
+        stored = cell(near(topic, 0.95), salience=0.2, at=net.now)  # budget 1
+        net.inject("a", CellStored(stored))
+        net.run_for(5_000)
+        held[walk_far] = {n for n in LINE if stored.node_id in net.hosts[n].cells}
+    assert held == {True: {"c", "e"}, False: {"b"}}
