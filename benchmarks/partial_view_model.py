@@ -136,6 +136,7 @@ def main() -> None:
     p.add_argument("--outward", action="store_true", help="rule near: a relay pushes only to those whose beacon is farther from the cell than its own")
     p.add_argument("--told", type=int, default=0, help="each copy names up to TOLD nodes already sent the cell (its sender's targets first, then what the sender was told); a relay skips them")
     p.add_argument("--walk-far", action="store_true", help="a walk goes to the known node (within the radius) whose beacon is nearest the cell, not only to a neighbour")
+    p.add_argument("--origin-walks", type=int, default=1, help="an origin that knows no interest starts this many steered walks (to its nearest known nodes)")
     p.add_argument("--steer", action="store_true", help="walk to the neighbour whose beacon is nearest the cell")
     args = p.parse_args()
     energy = EnergyModel()
@@ -193,8 +194,11 @@ def main() -> None:
                 pool = sorted(known[u]) if args.walk_far else adj[u]
                 nb = [x for x in pool if x not in (u, sender, c.origin) and x not in told]
                 if walk and nb:
-                    to = max(nb, key=lambda x: float(vectors[x] @ c.vector)) if args.steer else rng.choice(nb)
-                    sends = [(to, ttl if origin else ttl - 1)]
+                    if args.steer:
+                        ranked = sorted(nb, key=lambda x: -float(vectors[x] @ c.vector))
+                        sends = [(to, ttl if origin else ttl - 1) for to in ranked[: args.origin_walks if origin else 1]]
+                    else:
+                        sends = [(rng.choice(nb), ttl if origin else ttl - 1)]
             onward = tuple(sorted(y for y, _ in sends)) + tuple(x for x in told if x not in owners)
             onward = onward[: args.told]
             for y, t in sends:

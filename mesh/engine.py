@@ -162,7 +162,7 @@ class MeshEngine:
                 self.node_id, self.beacons, energy,
                 lambda: [p.node_id for p in self.peers.neighbours(PeerState.ALIVE, PeerState.SUSPECT)], self._rng.choice,
                 self.own_beacons, steer=config.steer_walk, near=self._near(config.relay_radius),
-                widen_leaves=config.widen_leaves, walk_far=config.walk_far,
+                widen_leaves=config.widen_leaves, walk_far=config.walk_far, origin_walks=config.origin_walks,
                 reachable=self._reachable,
             )  # fmt: skip
         else:

@@ -104,7 +104,7 @@ def test_a_steered_walk_goes_to_the_known_node_nearest_the_cell_not_only_to_a_ne
     topic = unit(44)
     held = {}
     for walk_far in (True, False):
-        net = line(2, interest_neighbours=0, walk_far=walk_far, repair_interval_ms=600_000)
+        net = line(2, interest_neighbours=0, walk_far=walk_far, origin_walks=1, repair_interval_ms=600_000)
         net.inject("b", BeaconPlaced(beacon(near(topic, 0.1, seed=1), agent="agent-b")))
         net.inject("c", BeaconPlaced(beacon(near(topic, 0.6, seed=2), agent="agent-c")))
         net.inject("e", BeaconPlaced(beacon(topic, agent="agent-e")))
