@@ -458,7 +458,7 @@ def share_data_payloads() -> Iterator[None]:
 
 
 def decode_signed(
-    signed: bytes, signature: bytes, hops: int, ttl: int, told: bytes = b"", limits: WireLimits = DEFAULT_LIMITS
+    signed: bytes, signature: bytes, hops: int, ttl: int, limits: WireLimits = DEFAULT_LIMITS, *, told: bytes = b""
 ) -> Diff:
     """Decode a diff's signed bytes (not verifying the signature: the engine does)."""
     if told.__class__ is not bytes or told:
@@ -614,7 +614,7 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
                 continue
         pk, proof = _list(entry, "key entry", 2)
         keys[id_hex(_bin(origin, "key origin"))] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
-    diffs = tuple(decode_signed(*_diff_fields(d), limits=limits) for d in raw_diffs)
+    diffs = tuple(_decode_diff(d, limits) for d in raw_diffs)
     fields: dict[str, Any] = {}
     extra = _list(extra, "extra")
     if mtype is MsgType.DATA:
@@ -648,11 +648,14 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     )
 
 
-def _diff_fields(raw: Any) -> list:
+def _decode_diff(raw: Any, limits: WireLimits) -> Diff:
     """``[signed, signature, hops, ttl]``, or the same with ``told`` (senders without it omit it)."""
     if not isinstance(raw, list) or len(raw) not in (4, 5):
         raise _fail("diff: expected an array of 4 or 5 items")
-    return raw
+    if len(raw) == 4:
+        return decode_signed(*raw, limits=limits)
+    signed, signature, hops, ttl, told = raw
+    return decode_signed(signed, signature, hops, ttl, limits, told=told)
 
 
 def _decode_acks(raw: Any, limits: WireLimits) -> tuple[int, ...]:
