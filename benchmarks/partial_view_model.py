@@ -137,6 +137,7 @@ def main() -> None:
     p.add_argument("--told", type=int, default=0, help="each copy names up to TOLD nodes already sent the cell (its sender's targets first, then what the sender was told); a relay skips them")
     p.add_argument("--walk-far", action="store_true", help="a walk goes to the known node (within the radius) whose beacon is nearest the cell, not only to a neighbour")
     p.add_argument("--origin-walks", type=int, default=1, help="an origin that knows no interest starts this many steered walks (to its nearest known nodes)")
+    p.add_argument("--leaf-walk", action="store_true", help="rule near: a relay that wanted the cell and knows no other interest walks on while ttl lasts (the engine's leaf_walk)")
     p.add_argument("--steer", action="store_true", help="walk to the neighbour whose beacon is nearest the cell")
     args = p.parse_args()
     energy = EnergyModel()
@@ -190,7 +191,7 @@ def main() -> None:
                 if args.rule == "old":
                     walk = ttl > 0 if origin else (ttl - 1 > 0 and u not in wanted)
                 else:
-                    walk = True if origin else (ttl > 0 and (u not in wanted or args.rule == "leafwalk"))
+                    walk = True if origin else (ttl > 0 and (u not in wanted or args.rule == "leafwalk" or args.leaf_walk))
                 pool = sorted(known[u]) if args.walk_far else adj[u]
                 nb = [x for x in pool if x not in (u, sender, c.origin) and x not in told]
                 if walk and nb:

@@ -87,6 +87,7 @@ class MeshConfig:
     steer_walk: bool = True  # a walk goes to the neighbour whose beacon is nearest the cell
     walk_far: bool = True  # ... to the node whose beacon is nearest the cell of all it knows (steered only)
     origin_walks: int = 2  # with walk_far: an origin that sees no interest starts this many walks
+    leaf_walk: bool = False  # a relay that wanted the cell and knows no other interest walks on (ttl allowing)
     # A relay that wanted the cell pushes to the interests it knows within this many hops (the
     # origin and a walk's end, to all they know): beyond, other holders are as near.
     relay_radius: int = 1

@@ -163,7 +163,7 @@ class MeshEngine:
                 lambda: [p.node_id for p in self.peers.neighbours(PeerState.ALIVE, PeerState.SUSPECT)], self._rng.choice,
                 self.own_beacons, steer=config.steer_walk, near=self._near(config.relay_radius),
                 widen_leaves=config.widen_leaves, walk_far=config.walk_far, origin_walks=config.origin_walks,
-                reachable=self._reachable,
+                reachable=self._reachable, leaf_walk=config.leaf_walk,
             )  # fmt: skip
         else:
             self.router = FullView(self.node_id, self.beacons, energy)

@@ -312,7 +312,7 @@ class PartialView:
         self, self_id: str, index: BeaconIndex, energy: EnergyParams, neighbours: Callable[[], list[str]],
         choose: Callable[[list[str]], str], mine: BeaconIndex | None = None, steer: bool = False,
         near: Callable[[str], bool] | None = None, widen_leaves: bool = True, walk_far: bool = False,
-        reachable: Callable[[str], bool] = lambda node_id: True, origin_walks: int = 1,
+        reachable: Callable[[str], bool] = lambda node_id: True, origin_walks: int = 1, leaf_walk: bool = False,
     ) -> None:  # fmt: skip
         self.self_id = self_id
         self.index = index
@@ -333,6 +333,9 @@ class PartialView:
         # An origin that sees no interest starts this many such walks (walk_far only): few
         # want its cell, and one walk often misses them (model, N=1,000: 0.991 -> 0.995 with 2).
         self.origin_walks = origin_walks
+        # A relay that wanted the cell and knows no other interest at all walks on while its
+        # ttl lasts, as one that did not want it does (else the spread ends there).
+        self.leaf_walk = leaf_walk
 
         self.walked: frozenset[str] = frozenset()  # the walk hops among the last targets returned
 
@@ -352,7 +355,7 @@ class PartialView:
                 owners = linked
         # Interest in sight, even if all of it was sent the cell already, ends the walk here.
         sent = told_names(told) if told else set()
-        if owners or budget <= 0 or wanted:
+        if owners or budget <= 0 or (wanted and not self.leaf_walk):
             return {o for o in owners if told_name(o) not in sent} if sent else owners
         # No interest in sight: a neighbour we hand it to sees another radius (its own
         # neighbours' interests we already know, so only worth it if it may relay on).

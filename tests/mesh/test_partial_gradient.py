@@ -114,3 +114,21 @@ def test_a_steered_walk_goes_to_the_known_node_nearest_the_cell_not_only_to_a_ne
         net.run_for(5_000)
         held[walk_far] = {n for n in LINE if stored.node_id in net.hosts[n].cells}
     assert held == {True: {"c", "e"}, False: {"b"}}
+
+
+def test_a_relay_that_wanted_the_cell_and_sees_no_other_interest_walks_on_with_leaf_walk():
+    """Radius 1: ``b`` and ``e`` want the cell. ``a`` pushes it to ``b``, which knows no other
+    interest: the spread ends there, unless ``b`` walks on (``leaf_walk``): to ``c``, then ``d``,
+    which knows ``e``. Budget 3: the origin's copy carries 2, one per walk hop."""
+    topic = unit(45)
+    held = {}
+    for leaf_walk in (True, False):
+        net = line(1, leaf_walk=leaf_walk, repair_interval_ms=600_000)
+        for name in ("b", "e"):
+            net.inject(name, BeaconPlaced(beacon(topic, agent=f"agent-{name}")))
+        net.run_for(20_000)
+        stored = cell(near(topic, 0.95), salience=0.5, at=net.now)
+        net.inject("a", CellStored(stored))
+        net.run_for(5_000)
+        held[leaf_walk] = {n for n in LINE if stored.node_id in net.hosts[n].cells}
+    assert held == {True: {"b", "c", "d", "e"}, False: {"b"}}
