@@ -40,7 +40,10 @@ Options of rule ``near`` (3 Dec, partial3; each tried on the engine's behalf):
 
 ``--told K`` (3 Dec, partial4; the engine's ``told_limit``, :mod:`mesh.told`): each copy names up
 to K nodes already sent the cell (its sender's targets, then what its sender was told); a relay
-pushes to none of them, nor walks to them.
+pushes to none of them, nor walks to them. ``--walk-far``: a steered walk goes to the node within
+the radius whose beacon is nearest the cell, not only to a neighbour (``walk_far``);
+``--origin-walks K``: an origin that knows no interest starts K such walks (``origin_walks``);
+``--leaf-walk``: a relay that wanted the cell and knows no other interest walks on (``leaf_walk``).
 
 Messages count every push, duplicates included, as the harness does.
 """
