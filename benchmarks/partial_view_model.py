@@ -38,6 +38,13 @@ Options of rule ``near`` (3 Dec, partial3; each tried on the engine's behalf):
   origin knew them all); ``--outward``: a relay pushes only to nodes whose beacon is farther
   from the cell than its own.
 
+``--told K`` (3 Dec, partial4; the engine's ``told_limit``, :mod:`mesh.told`): each copy names up
+to K nodes already sent the cell (its sender's targets, then what its sender was told); a relay
+pushes to none of them, nor walks to them. ``--walk-far``: a steered walk goes to the node within
+the radius whose beacon is nearest the cell, not only to a neighbour (``walk_far``);
+``--origin-walks K``: an origin that knows no interest starts K such walks (``origin_walks``);
+``--leaf-walk``: a relay that wanted the cell and knows no other interest walks on (``leaf_walk``).
+
 Messages count every push, duplicates included, as the harness does.
 """
 
@@ -130,6 +137,10 @@ def main() -> None:
     p.add_argument("--widen", action="store_true", help="rule near: a relay with no interest one hop away pushes to every interest it knows")
     p.add_argument("--covered", action="store_true", help="rule near: a relay one hop from the origin, sent the cell by it, pushes along no link (the origin knew them all)")
     p.add_argument("--outward", action="store_true", help="rule near: a relay pushes only to those whose beacon is farther from the cell than its own")
+    p.add_argument("--told", type=int, default=0, help="each copy names up to TOLD nodes already sent the cell (its sender's targets first, then what the sender was told); a relay skips them")
+    p.add_argument("--walk-far", action="store_true", help="a walk goes to the known node (within the radius) whose beacon is nearest the cell, not only to a neighbour")
+    p.add_argument("--origin-walks", type=int, default=1, help="an origin that knows no interest starts this many steered walks (to its nearest known nodes)")
+    p.add_argument("--leaf-walk", action="store_true", help="rule near: a relay that wanted the cell and knows no other interest walks on while ttl lasts (the engine's leaf_walk)")
     p.add_argument("--steer", action="store_true", help="walk to the neighbour whose beacon is nearest the cell")
     args = p.parse_args()
     energy = EnergyModel()
@@ -162,9 +173,9 @@ def main() -> None:
             wanted = set(np.flatnonzero(vectors @ c.vector >= thresholds - energy.match_slack * e0).tolist())
             wanted.discard(c.origin)
         got = {c.origin}
-        queue = collections.deque([(c.origin, -1, budget - 1, True)])  # node, sender, ttl of its copy, origin?
+        queue = collections.deque([(c.origin, -1, budget - 1, True, ())])  # node, sender, ttl, origin?, told
         while queue:
-            u, sender, ttl, origin = queue.popleft()
+            u, sender, ttl, origin, told = queue.popleft()
             nearby = args.rule == "near" and not origin and u in wanted
             owners = ((near[u] if nearby else known[u]) & wanted) - {u, sender, c.origin}
             if nearby and args.widen and not owners:  # a leaf of the spread: to every interest it knows
@@ -174,25 +185,33 @@ def main() -> None:
             if nearby and args.outward:  # only to those farther from the cell than we are
                 mine = float(vectors[u] @ c.vector)
                 owners = {y for y in owners if float(vectors[y] @ c.vector) < mine}
+            seen_interest = bool(owners)
+            owners -= set(told)  # the copy named them: its sender (or one before it) pushed to them
             sends = [(y, ttl) for y in owners]
             if args.rule == "old" and not origin:
                 sends = [(y, ttl - 1) for y in owners] if ttl > 0 else []
-            if not owners and (origin or args.rule != "old" or ttl > 0):
+            if not seen_interest and (origin or args.rule != "old" or ttl > 0):
                 if args.rule == "old":
                     walk = ttl > 0 if origin else (ttl - 1 > 0 and u not in wanted)
                 else:
-                    walk = True if origin else (ttl > 0 and (u not in wanted or args.rule == "leafwalk"))
-                nb = [x for x in adj[u] if x not in (u, sender, c.origin)]
+                    walk = True if origin else (ttl > 0 and (u not in wanted or args.rule == "leafwalk" or args.leaf_walk))
+                pool = sorted(known[u]) if args.walk_far else adj[u]
+                nb = [x for x in pool if x not in (u, sender, c.origin) and x not in told]
                 if walk and nb:
-                    to = max(nb, key=lambda x: float(vectors[x] @ c.vector)) if args.steer else rng.choice(nb)
-                    sends = [(to, ttl if origin else ttl - 1)]
+                    if args.steer:
+                        ranked = sorted(nb, key=lambda x: -float(vectors[x] @ c.vector))
+                        sends = [(to, ttl if origin else ttl - 1) for to in ranked[: args.origin_walks if origin else 1]]
+                    else:
+                        sends = [(rng.choice(nb), ttl if origin else ttl - 1)]
+            onward = tuple(sorted(y for y, _ in sends)) + tuple(x for x in told if x not in owners)
+            onward = onward[: args.told]
             for y, t in sends:
                 messages += 1
                 load[u] += 1
                 load[y] += 1
                 if y not in got:
                     got.add(y)
-                    queue.append((y, u, t, False))
+                    queue.append((y, u, t, False, onward))
         hit = len(c.interested & got)
         interested += len(c.interested)
         reached += hit

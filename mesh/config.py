@@ -85,6 +85,9 @@ class MeshConfig:
     # (T-Man style): nodes of like interest end up within each other's radius. 0: random only.
     interest_neighbours: int = 4
     steer_walk: bool = True  # a walk goes to the neighbour whose beacon is nearest the cell
+    walk_far: bool = True  # ... to the node whose beacon is nearest the cell of all it knows (steered only)
+    origin_walks: int = 2  # with walk_far: an origin that sees no interest starts this many walks
+    leaf_walk: bool = False  # a relay that wanted the cell and knows no other interest walks on (ttl allowing)
     # A relay that wanted the cell pushes to the interests it knows within this many hops (the
     # origin and a walk's end, to all they know): beyond, other holders are as near.
     relay_radius: int = 1
@@ -94,3 +97,6 @@ class MeshConfig:
     inbound_link_timeout_ms: int = 30_000
     max_inbound_links: int | None = None
     widen_leaves: bool = True  # a relay with no interest within relay_radius pushes to all it knows
+    # Each relayed copy names up to this many nodes already sent it (its sender's targets, then
+    # those its sender was told of); the receiver pushes to none of them (mesh.told). 0: off.
+    told_limit: int = 64

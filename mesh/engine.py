@@ -70,6 +70,7 @@ from .outbox import Batch, Outbox
 from .repair import Owed, RepairClient, answer_repair
 from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy
 from .team import FRAME_OVERHEAD, FrameSealer
+from .told import MAX_TOLD, tell, told_name, told_names
 from .wire import (
     CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, Envelope, MsgType, Payload,
     PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope,
@@ -96,6 +97,7 @@ class Counters:
     bytes_sent: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # data/control
     data_diffs_sent: int = 0
     data_diffs_resent: int = 0  # of those, sent again (no ack in time)
+    data_diffs_withdrawn: int = 0  # queued for a peer, dropped unsent: the peer had it (partial view)
     repair_diffs_sent: int = 0  # of those, in repair replies
     frames_received: int = 0
     bytes_received: int = 0
@@ -162,7 +164,8 @@ class MeshEngine:
                 self.node_id, self.beacons, energy,
                 lambda: [p.node_id for p in self.peers.neighbours(PeerState.ALIVE, PeerState.SUSPECT)], self._rng.choice,
                 self.own_beacons, steer=config.steer_walk, near=self._near(config.relay_radius),
-                widen_leaves=config.widen_leaves,
+                widen_leaves=config.widen_leaves, walk_far=config.walk_far, origin_walks=config.origin_walks,
+                reachable=self._reachable, leaf_walk=config.leaf_walk,
             )  # fmt: skip
         else:
             self.router = FullView(self.node_id, self.beacons, energy)
@@ -224,6 +227,26 @@ class MeshEngine:
             return None
         distance = self.control.distance
         return lambda node_id: distance.get(node_id, hops + 1) <= hops
+
+    def _told(self, sent_to: list[str], was_told: bytes) -> bytes:
+        """Partial view: the told list our copies of a diff carry (:mod:`mesh.told`)."""
+        if not self.partial or not self.config.told_limit:
+            return b""
+        return tell(sent_to, was_told, min(self.config.told_limit, MAX_TOLD))
+
+    def _withdraw_copies(self, diff: Diff, sender_id: str) -> None:
+        """A copy of a diff we hold came in: the copies we queued for its sender, and for the
+        nodes it names as sent it, would be duplicates (partial view; those in flight are gone)."""
+        self.counters.data_diffs_withdrawn += self.outbox.withdraw(sender_id, diff.origin, diff.seq)
+        if diff.told and self.outbox.ready:
+            names = told_names(diff.told)
+            for peer_id in [p for p in self.outbox.ready if told_name(p) in names]:
+                self.counters.data_diffs_withdrawn += self.outbox.withdraw(peer_id, diff.origin, diff.seq)
+
+    def _reachable(self, node_id: str) -> bool:
+        """Partial view: a node we could send to now (see _enqueue)."""
+        peer = self.peers.get(node_id)
+        return node_id in self.contacts if peer is None else peer.state is not PeerState.DEAD
 
     def _neighbour(self, node_id: str) -> bool:
         peer = self.peers.get(node_id)
@@ -306,7 +329,10 @@ class MeshEngine:
         self.store.put(diff, self._now)
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
-        for peer_id in self.router.origin_targets(wire, cell, self._now):
+        targets = self.router.origin_targets(wire, cell, self._now)
+        if told := self._told(sorted(targets), b""):
+            wire = wire.routed(wire.hops, wire.ttl, told)
+        for peer_id in targets:
             self._enqueue(peer_id, wire, e0)
 
     def _on_cell_forgotten(self, event: CellForgotten) -> None:
@@ -649,6 +675,8 @@ class MeshEngine:
             return
         if self.store.has(diff.origin, diff.seq) or diff.origin == self.node_id:
             self._drop(Reason.DUPLICATE)
+            if self.partial:
+                self._withdraw_copies(diff, sender.node_id)
             return
         if not self._admit(diff, env):
             return
@@ -669,8 +697,10 @@ class MeshEngine:
             targets = self.router.relay_targets(diff, cell, sender.node_id, self._now)
             if targets:
                 e0 = self.energy.initial(cell.salience, cell.cell_type)
-                for peer_id in sorted(targets - {diff.origin, sender.node_id, self.node_id}):
-                    onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id))
+                onward_to = sorted(targets - {diff.origin, sender.node_id, self.node_id})
+                told = self._told(onward_to, diff.told)
+                for peer_id in onward_to:
+                    onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id), told=told)
                     self._enqueue(peer_id, onward, e0)
 
     # -- receiving: the control plane --------------------------------------------------
@@ -987,6 +1017,7 @@ class MeshEngine:
             "bytes_sent": dict(c.bytes_sent),
             "data_diffs_sent": c.data_diffs_sent,
             "data_diffs_resent": c.data_diffs_resent,
+            "data_diffs_withdrawn": c.data_diffs_withdrawn,
             "repair_diffs_sent": c.repair_diffs_sent,
             "frames_received": c.frames_received,
             "bytes_received": c.bytes_received,

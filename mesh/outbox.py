@@ -189,6 +189,19 @@ class Outbox:
                     self.enqueue(batch.peer_id, diff, energy, attempts)
         return failing, gave_up
 
+    def withdraw(self, peer_id: str, origin: str, seq: int) -> bool:
+        """Take a queued diff (not one in flight) off a peer's queue: the peer has it already."""
+        lane = self._lanes.get(peer_id)
+        if lane is None:
+            return False
+        for k, (_, _, _, diff) in enumerate(lane.queue):
+            if diff.seq == seq and diff.origin == origin:
+                del lane.queue[k]
+                if not lane.queue:
+                    self.ready.discard(peer_id)
+                return True
+        return False
+
     def held(self, peer_id: str) -> list[tuple[float, Diff]]:
         """(energy, diff) of everything queued or in flight for a peer."""
         lane = self._lanes.get(peer_id)

@@ -19,12 +19,14 @@ Routing policies decide where a diff goes:
   cell once, on first receipt. Where a node knows no matching beacon and wanted the
   cell no more than its origin did, it hands the cell to one neighbour (a walk toward
   interest it cannot see); only these hops spend the budget. The walk is steered: to the
-  neighbour whose beacon is nearest the cell (the engine also chooses some neighbours for
-  interest like its own, so that heads into the cell's community). A relay that wanted the
+  node whose beacon is nearest the cell of all it knows (``walk_far``; else of its
+  neighbours; the engine also chooses some neighbours for interest like its own, so that
+  heads into the cell's community). A relay that wanted the
   cell pushes only along its links (``near``: the engine's links as they stand now, both
   ways, :mod:`mesh.links`), since interest farther off is as near to other holders; unless
   none of its links leads to interest: then it is a leaf of the spread, and pushes to all
-  the interest it knows, or the spread would end there.
+  the interest it knows, or the spread would end there. A relay pushes to none of the nodes
+  its copy names as already sent it (:mod:`mesh.told`), nor walks to them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Protocol
 import numpy as np
 
 from .config import EnergyParams
+from .told import told_name, told_names
 from .wire import BeaconPayload, CellPayload, Diff
 
 __all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView", "PartialView"]
@@ -308,7 +311,8 @@ class PartialView:
     def __init__(
         self, self_id: str, index: BeaconIndex, energy: EnergyParams, neighbours: Callable[[], list[str]],
         choose: Callable[[list[str]], str], mine: BeaconIndex | None = None, steer: bool = False,
-        near: Callable[[str], bool] | None = None, widen_leaves: bool = True,
+        near: Callable[[str], bool] | None = None, widen_leaves: bool = True, walk_far: bool = False,
+        reachable: Callable[[str], bool] = lambda node_id: True, origin_walks: int = 1, leaf_walk: bool = False,
     ) -> None:  # fmt: skip
         self.self_id = self_id
         self.index = index
@@ -322,10 +326,22 @@ class PartialView:
         # from every holder that knows it was a duplicate. None: to every owner it knows.
         self.near = near
         self.widen_leaves = widen_leaves
+        # Steered walks go to the known node nearest the cell, not only to a neighbour (one we
+        # can ``reachable``: we know its address).
+        self.walk_far = walk_far
+        self.reachable = reachable
+        # An origin that sees no interest starts this many such walks (walk_far only): few
+        # want its cell, and one walk often misses them (model, N=1,000: 0.991 -> 0.995 with 2).
+        self.origin_walks = origin_walks
+        # A relay that wanted the cell and knows no other interest at all walks on while its
+        # ttl lasts, as one that did not want it does (else the spread ends there).
+        self.leaf_walk = leaf_walk
 
-        self.walked: frozenset[str] = frozenset()  # the walk hop among the last targets returned
+        self.walked: frozenset[str] = frozenset()  # the walk hops among the last targets returned
 
-    def _targets(self, cell: CellPayload, now: int, exclude: set[str], budget: int, relay: bool) -> set[str]:
+    def _targets(
+        self, cell: CellPayload, now: int, exclude: set[str], budget: int, relay: bool, told: bytes = b""
+    ) -> set[str]:
         self.walked = frozenset()
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         owners = {e.owner for e in self.index.match(cell, e0, now, self.energy)} - exclude
@@ -337,15 +353,31 @@ class PartialView:
             linked = {o for o in owners if self.near(o)}
             if linked or not self.widen_leaves:
                 owners = linked
-        if owners or budget <= 0 or wanted:
-            return owners
+        # Interest in sight, even if all of it was sent the cell already, ends the walk here.
+        sent = told_names(told) if told else set()
+        if owners or budget <= 0 or (wanted and not self.leaf_walk):
+            return {o for o in owners if told_name(o) not in sent} if sent else owners
         # No interest in sight: a neighbour we hand it to sees another radius (its own
         # neighbours' interests we already know, so only worth it if it may relay on).
-        candidates = sorted(set(self.neighbours()) - exclude)
+        if self.steer and self.walk_far:
+            far = self._nearest_known(cell, exclude, sent, 1 if relay else self.origin_walks)
+            if far:
+                self.walked = frozenset(far)
+                return set(far)
+        candidates = sorted(n for n in set(self.neighbours()) - exclude if not sent or told_name(n) not in sent)
         if not candidates:
             return set()
         self.walked = frozenset({self._walk_to(candidates, cell)})
         return set(self.walked)
+
+    def _nearest_known(self, cell: CellPayload, exclude: set[str], sent: set[bytes], count: int) -> list[str]:
+        """Up to ``count`` nodes whose beacons are nearest the cell among all we know (within the
+        radius), that we can reach: a walk hop there sees a radius around it, farther on than a
+        neighbour's (at N=1,000 in the model, delivery 0.983 -> 0.991 for the same messages)."""
+        probe = {(cell.tenant_id, cell.embedding_space): cell.embedding[None, :]}
+        ranked = self.index.nearest_owners(probe, len(exclude) + len(sent) + count + 4)
+        fit = [o for o in ranked if o not in exclude and told_name(o) not in sent and self.reachable(o)]
+        return fit[:count]
 
     def _walk_to(self, candidates: list[str], cell: CellPayload) -> str:
         """Steered: the neighbour whose beacon is nearest the cell (on an overlay that links
@@ -366,7 +398,7 @@ class PartialView:
         """Known interest at any ``ttl``; a walk hop only while ``ttl`` lasts (see :meth:`onward_ttl`)."""
         if cell is None:
             return set()
-        return self._targets(cell, now, {self.self_id, sender, diff.origin}, diff.ttl, relay=True)
+        return self._targets(cell, now, {self.self_id, sender, diff.origin}, diff.ttl, relay=True, told=diff.told)
 
     def onward_ttl(self, diff: Diff, target: str) -> int:
         """The ``ttl`` a copy of ``diff`` carries to ``target`` from the last targets returned:

@@ -6,9 +6,10 @@ encoding of ``[1, kind, origin, seq, ts, body]`` where ``body`` is a fixed-order
 per kind (maps inside bodies are key-sorted), so the encoding is canonical by
 construction. The signed bytes travel as they were signed: relays forward them
 untouched and receivers verify them before decoding a field of trust. Only the
-routing fields, ``hops`` and remaining ``ttl``, sit outside the signature::
+routing fields, ``hops``, remaining ``ttl`` and (partial view, optional) the nodes
+already sent the diff (:mod:`mesh.told`), sit outside the signature::
 
-    diff      = [signed: bin, signature: bin64, hops: int, ttl: int]
+    diff      = [signed: bin, signature: bin64, hops: int, ttl: int, (told: bin)]
     envelope  = [WIRE_VERSION, type, sent_at, sender_address,
                  keys: {origin(bin16): [public_key(bin32), proof(bin32)]},
                  diffs: [diff...], extra: [...per type]]
@@ -32,6 +33,7 @@ import numpy as np
 
 from .errors import Reason, WireError
 from .haves import MAX_HAVE_BYTES, MAX_HAVE_ORIGINS, HaveSet
+from .told import MAX_TOLD, TOLD_ID_BYTES
 
 __all__ = [
     "WIRE_VERSION",
@@ -242,6 +244,7 @@ class Diff:
     signature: bytes
     hops: int = 0
     ttl: int = 0
+    told: bytes = b""  # routing: names of nodes already sent this diff (mesh.told), empty if none
 
     @property
     def tenant(self) -> str:
@@ -250,11 +253,13 @@ class Diff:
     @property
     def size(self) -> int:
         """Bytes on the wire, near enough for batching."""
-        return len(self.signed) + len(self.signature) + 12
+        return len(self.signed) + len(self.signature) + len(self.told) + 12
 
-    def routed(self, hops: int, ttl: int) -> "Diff":
+    def routed(self, hops: int, ttl: int, told: bytes = b"") -> "Diff":
         # The constructor, not dataclasses.replace: this runs once per diff per hop and per gossip reply.
-        return Diff(self.kind, self.origin, self.seq, self.ts, self.payload, self.signed, self.signature, hops, ttl)
+        return Diff(
+            self.kind, self.origin, self.seq, self.ts, self.payload, self.signed, self.signature, hops, ttl, told
+        )
 
 
 # -- canonical encoding ---------------------------------------------------------------
@@ -455,13 +460,21 @@ def share_data_payloads() -> Iterator[None]:
             del _DECODED[key]
 
 
-def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: WireLimits = DEFAULT_LIMITS) -> Diff:
+def decode_signed(
+    signed: bytes, signature: bytes, hops: int, ttl: int, limits: WireLimits = DEFAULT_LIMITS, *, told: bytes = b""
+) -> Diff:
     """Decode a diff's signed bytes (not verifying the signature: the engine does)."""
+    if told.__class__ is not bytes or told:
+        told = _bin(told, "told")
+        if len(told) % TOLD_ID_BYTES or len(told) > MAX_TOLD * TOLD_ID_BYTES:
+            raise _fail(f"told: {len(told)} bytes")
     known = _DECODED.get((signed, limits)) if type(signed) is bytes else None
     if known is not None:
         kind, origin, seq, ts, payload, first_signed, first_signature = known
         signature = first_signature if signature == first_signature else _bin(signature, "signature", 64)
-        diff = Diff(kind, origin, seq, ts, payload, first_signed, signature, _int(hops, "hops"), _int(ttl, "ttl"))
+        diff = Diff(
+            kind, origin, seq, ts, payload, first_signed, signature, _int(hops, "hops"), _int(ttl, "ttl"), told
+        )
         if diff.hops < 0 or diff.ttl < 0:
             raise _fail("seq, hops and ttl must be positive")
         return diff
@@ -477,7 +490,7 @@ def decode_signed(signed: bytes, signature: bytes, hops: int, ttl: int, limits: 
         payload = _decode_body(kind, body, limits, len(signed))
         diff = Diff(
             kind, id_hex(_bin(origin, "origin")), _int(seq, "seq"), _int(ts, "ts"),
-            payload, signed, _bin(signature, "signature", 64), _int(hops, "hops"), _int(ttl, "ttl"),
+            payload, signed, _bin(signature, "signature", 64), _int(hops, "hops"), _int(ttl, "ttl"), told,
         )  # fmt: skip
     except WireError:
         raise
@@ -567,7 +580,10 @@ def _extra(env: Envelope) -> list[Any]:
 
 def encode_envelope(env: Envelope) -> bytes:
     keys = {id_bytes(origin): [pk, proof] for origin, (pk, proof) in env.keys.items()}
-    diffs = [[d.signed, d.signature, d.hops, d.ttl] for d in env.diffs]
+    diffs = [
+        [d.signed, d.signature, d.hops, d.ttl, d.told] if d.told else [d.signed, d.signature, d.hops, d.ttl]
+        for d in env.diffs
+    ]
     return msgpack.packb(
         [WIRE_VERSION, int(env.type), env.sent_at, env.sender_address, keys, diffs, _extra(env)], use_bin_type=True
     )
@@ -612,7 +628,7 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
                 continue
         pk, proof = _list(entry, "key entry", 2)
         keys[id_hex(_bin(origin, "key origin"))] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
-    diffs = tuple(decode_signed(*_list(d, "diff", 4), limits=limits) for d in raw_diffs)
+    diffs = tuple(_decode_diff(d, limits) for d in raw_diffs)
     fields: dict[str, Any] = {}
     extra = _list(extra, "extra")
     if mtype is MsgType.DATA:
@@ -661,6 +677,16 @@ def _key_entry(public_key: bytes, proof: bytes) -> tuple[bytes, bytes]:
     return entry
 
 
+def _decode_diff(raw: Any, limits: WireLimits) -> Diff:
+    """``[signed, signature, hops, ttl]``, or the same with ``told`` (senders without it omit it)."""
+    if not isinstance(raw, list) or len(raw) not in (4, 5):
+        raise _fail("diff: expected an array of 4 or 5 items")
+    if len(raw) == 4:
+        return decode_signed(*raw, limits=limits)
+    signed, signature, hops, ttl, told = raw
+    return decode_signed(signed, signature, hops, ttl, limits, told=told)
+
+
 def _decode_acks(raw: Any, limits: WireLimits) -> tuple[int, ...]:
     acks = _list(raw, "acks")
     if len(acks) > limits.max_diffs:
@@ -669,7 +695,7 @@ def _decode_acks(raw: Any, limits: WireLimits) -> tuple[int, ...]:
 
 
 def envelope_diffs(data: bytes) -> list[list[Any]]:
-    """An envelope's raw diffs ``[signed, signature, hops, ttl]``, unchecked: for an observer
+    """An envelope's raw diffs ``[signed, signature, hops, ttl(, told)]``, unchecked: for an observer
     of frames the engines produced (the simulator's metrics), not for admission."""
     return msgpack.unpackb(data, raw=False, strict_map_key=False)[5]
 

@@ -125,7 +125,7 @@ class Hyphae:
             signed = raw[0]
             cell = cells_by_diff.get(signed, -1)
             if cell == -1:
-                payload = decode_signed(*raw, limits=limits).payload
+                payload = decode_signed(*raw[:4], limits=limits).payload  # raw[4]: a told list, if any
                 cell = _cell_index(payload.node_id) if isinstance(payload, CellPayload) else None
                 cells_by_diff[signed] = cell
             return cell

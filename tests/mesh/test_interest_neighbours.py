@@ -109,12 +109,13 @@ def test_the_random_share_keeps_the_mesh_connected_across_interests():
     }  # fmt: skip
 
 
-def hub(steer: bool) -> VirtualNetwork:
+def hub(steer: bool, origin_walks: int = 1) -> VirtualNetwork:
     """``a`` is told about ``b``, ``c`` and ``d``; ``b``'s beacon lies near the topic, theirs do not."""
     net = VirtualNetwork(seed=4)
     team = Team.create()
     for name in "abcd":
-        net.add(make_engine(name, team, ENERGY, seed=4, view="partial", interest_radius=1, steer_walk=steer))
+        net.add(make_engine(name, team, ENERGY, seed=4, view="partial", interest_radius=1, steer_walk=steer,
+                            origin_walks=origin_walks))  # fmt: skip
     net.start()
     for name in "bcd":
         net.inject("a", PeerDiscovered(name))
@@ -133,6 +134,14 @@ def test_a_steered_walk_goes_to_the_neighbour_nearest_the_cell():
     net = hub(steer=True)
     assert len(net.hosts["b"].cells) == 6
     assert not net.hosts["c"].cells and not net.hosts["d"].cells
+
+
+def test_an_origin_that_sees_no_interest_starts_as_many_steered_walks_as_configured():
+    net = hub(steer=True, origin_walks=2)
+    assert len(net.hosts["b"].cells) == 6  # the nearest, for every cell
+    # and the next nearest of the two, for every cell a walked: ``b``'s beacon accepts the first
+    # (cos 0.991 >= 0.99 - slack x E0), so a pushes that one to b, and starts no walk
+    assert len(net.hosts["c"].cells) + len(net.hosts["d"].cells) == 5
 
 
 def test_an_unsteered_walk_goes_to_any_neighbour():

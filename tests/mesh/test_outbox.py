@@ -118,3 +118,17 @@ def test_behind_a_slow_ack_diffs_leave_after_the_busy_gap_or_once_a_batch_is_ful
     for seq in range(3, 11):
         box.enqueue("peer", diff(seq), 0.5)
     assert len(box.take("peer", 105).items) == 8  # a full batch does not wait
+
+
+def test_a_withdrawn_diff_leaves_the_queue_but_not_a_batch_in_flight():
+    box = outbox(max_diffs=1)
+    for seq in (1, 2, 3):
+        box.enqueue("peer", diff(seq), 0.5)
+    first = box.take("peer", 0)  # seq 1 is in flight now
+    assert [d.seq for _, _, d in first.items] == [1]
+    assert not box.withdraw("peer", ORIGIN, 1)  # in flight: it stays, and is acked or resent as before
+    assert box.withdraw("peer", ORIGIN, 3)
+    assert not box.withdraw("peer", ORIGIN, 3) and not box.withdraw("other", ORIGIN, 2)
+    assert sorted(d.seq for _, d in box.held("peer")) == [1, 2]
+    assert box.withdraw("peer", ORIGIN, 2)
+    assert "peer" not in box.ready  # nothing left to send

@@ -76,10 +76,13 @@ def test_a_relay_that_wanted_the_cell_pushes_within_its_neighbourhood_only():
     that wanted the cell then pushes to the interests one hop away only: interest two hops away
     is one hop from another holder, which pushes it there too. Same reach, about half the copies
     (which holder pushes first depends on the link latencies). The ends of the line are leaves
-    of the spread, which widen (next test): this one reads the relay radius alone."""
+    of the spread, which widen (next test), and copies name who was sent them (test_told.py):
+    this one reads the relay radius alone."""
     reached, copies = {}, {}
     for relay_radius in (1, 2):
-        reached[relay_radius], copies[relay_radius] = spread(unit(41), LINE[1:], relay_radius=relay_radius, widen_leaves=False)
+        reached[relay_radius], copies[relay_radius] = spread(
+            unit(41), LINE[1:], relay_radius=relay_radius, widen_leaves=False, told_limit=0
+        )
     assert reached[1] == reached[2] == {"b", "c", "d", "e"}
     assert copies[1] <= 6 and copies[2] >= 9  # 5 and 10 run alone; the ids earlier tests drew shift who pushes first
 
@@ -91,3 +94,41 @@ def test_a_relay_with_no_interest_linked_to_it_pushes_to_every_interest_it_knows
     pushes to all the interest it knows, and ``d`` takes it on to ``e``."""
     outcome = {widen: spread(unit(43), ("b", "d", "e"), widen_leaves=widen, repair_interval_ms=600_000) for widen in (True, False)}
     assert outcome == {True: ({"b", "d", "e"}, 3), False: ({"b"}, 1)}
+
+
+def test_a_steered_walk_goes_to_the_known_node_nearest_the_cell_not_only_to_a_neighbour():
+    """Radius 2: ``a`` knows ``b`` (its neighbour) and ``c``; neither wants the cell, ``c``'s
+    beacon is nearer it. Only ``e`` wants it, two hops past ``c``. With a budget of one hop
+    the walk to the neighbour ``b`` ends there (``e`` is three hops from ``b``); the walk to
+    ``c`` lands within ``e``'s radius, and ``c`` pushes it on, spending nothing."""
+    topic = unit(44)
+    held = {}
+    for walk_far in (True, False):
+        net = line(2, interest_neighbours=0, walk_far=walk_far, origin_walks=1, repair_interval_ms=600_000)
+        net.inject("b", BeaconPlaced(beacon(near(topic, 0.1, seed=1), agent="agent-b")))
+        net.inject("c", BeaconPlaced(beacon(near(topic, 0.6, seed=2), agent="agent-c")))
+        net.inject("e", BeaconPlaced(beacon(topic, agent="agent-e")))
+        net.run_for(30_000)
+        stored = cell(near(topic, 0.95), salience=0.2, at=net.now)  # budget 1
+        net.inject("a", CellStored(stored))
+        net.run_for(5_000)
+        held[walk_far] = {n for n in LINE if stored.node_id in net.hosts[n].cells}
+    assert held == {True: {"c", "e"}, False: {"b"}}
+
+
+def test_a_relay_that_wanted_the_cell_and_sees_no_other_interest_walks_on_with_leaf_walk():
+    """Radius 1: ``b`` and ``e`` want the cell. ``a`` pushes it to ``b``, which knows no other
+    interest: the spread ends there, unless ``b`` walks on (``leaf_walk``): to ``c``, then ``d``,
+    which knows ``e``. Budget 3: the origin's copy carries 2, one per walk hop."""
+    topic = unit(45)
+    held = {}
+    for leaf_walk in (True, False):
+        net = line(1, leaf_walk=leaf_walk, repair_interval_ms=600_000)
+        for name in ("b", "e"):
+            net.inject(name, BeaconPlaced(beacon(topic, agent=f"agent-{name}")))
+        net.run_for(20_000)
+        stored = cell(near(topic, 0.95), salience=0.5, at=net.now)
+        net.inject("a", CellStored(stored))
+        net.run_for(5_000)
+        held[leaf_walk] = {n for n in LINE if stored.node_id in net.hosts[n].cells}
+    assert held == {True: {"b", "c", "d", "e"}, False: {"b"}}
