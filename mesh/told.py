@@ -27,8 +27,13 @@ def told_name(node_id: str) -> bytes:
     return hashlib.blake2b(node_id.encode(), digest_size=TOLD_ID_BYTES).digest()
 
 
+def _split(told: bytes) -> list[bytes]:
+    """A told list's names, in order."""
+    return [told[i : i + TOLD_ID_BYTES] for i in range(0, len(told), TOLD_ID_BYTES)]
+
+
 def told_names(told: bytes) -> set[bytes]:
-    return {told[i : i + TOLD_ID_BYTES] for i in range(0, len(told), TOLD_ID_BYTES)}
+    return set(_split(told))
 
 
 def tell(sent_to: Iterable[str], was_told: bytes, limit: int) -> bytes:
@@ -36,8 +41,7 @@ def tell(sent_to: Iterable[str], was_told: bytes, limit: int) -> bytes:
     then what it was told, each name once, at most ``limit`` names."""
     names: list[bytes] = []
     seen: set[bytes] = set()
-    told = [was_told[i : i + TOLD_ID_BYTES] for i in range(0, len(was_told), TOLD_ID_BYTES)]
-    for name in [told_name(n) for n in sent_to] + told:
+    for name in [told_name(n) for n in sent_to] + _split(was_told):
         if len(names) >= limit:
             break
         if name not in seen:
