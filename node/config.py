@@ -108,7 +108,8 @@ provider = "builtin"
 default_threshold = {DEFAULT_BEACON_THRESHOLD}
 
 [storage]
-# A lone write waits this long for others to share its fsync'd transaction (queued writes commit at once).
+# While writes arrive together, a lone write waits this long for others to share its fsync'd transaction
+# (queued writes commit at once; a client that waits for each answer before writing again never waits).
 group_commit_ms = 2.0
 
 [energy]

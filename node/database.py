@@ -137,6 +137,7 @@ class Database:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.batches = 0
         self.jobs = 0
+        self._had_company = False  # the last batch held more than one write
         self._thread = threading.Thread(target=self._run, name="hyphae-writer", daemon=True)
         self._thread.start()
         self._closed = False
@@ -249,12 +250,16 @@ class Database:
                 return
             batch = [first]
             stop = self._drain(batch)
-            if len(batch) == 1 and not stop and self._window > 0:
-                # A lone write waits the window for company. When others were already
-                # queued, writers are outpacing commits: later ones gather during this
-                # batch's fsync, and sleeping would only idle every waiting caller.
+            if len(batch) == 1 and not stop and self._window > 0 and self._had_company:
+                # A lone write waits the window for company, but only while writes have been
+                # arriving together (PostgreSQL's commit_siblings, in spirit): a writer that
+                # waits for each answer before the next write never brings company, and
+                # would pay the window on every call. When others were already queued,
+                # writers are outpacing commits: later ones gather during this batch's
+                # fsync, and sleeping would only idle every waiting caller.
                 time.sleep(self._window)
                 stop = self._drain(batch)
+            self._had_company = len(batch) > 1
             self._commit(batch)
             if stop:
                 return

