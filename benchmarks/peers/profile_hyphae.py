@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench import _session_start  # noqa: E402
-from servers import Hyphae  # noqa: E402
+from servers import Hyphae, HyphaeHashed  # noqa: E402
 from workload import load_workload  # noqa: E402
 
 
@@ -139,10 +139,11 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyphae-peers")
     parser.add_argument("--hyphae-rev", default="HEAD")
     parser.add_argument("--memories", type=int, default=241)
+    parser.add_argument("--hashed", action="store_true", help="the hashed embedder instead of MiniLM: the plumbing alone")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     work = args.work.resolve()
-    hyphae = Hyphae(work, args.hyphae_rev)
+    hyphae = (HyphaeHashed if args.hashed else Hyphae)(work, args.hyphae_rev)
     hyphae.install()
     hyphae.use()
     root = work / "profile" / time.strftime("%Y%m%d-%H%M%S")
