@@ -311,7 +311,7 @@ class PartialView:
     def __init__(
         self, self_id: str, index: BeaconIndex, energy: EnergyParams, neighbours: Callable[[], list[str]],
         choose: Callable[[list[str]], str], mine: BeaconIndex | None = None, steer: bool = False,
-        near: Callable[[str], bool] | None = None, widen_leaves: bool = True, walk_far: bool = False,
+        near: Callable[[set[str]], set[str]] | None = None, widen_leaves: bool = True, walk_far: bool = False,
         reachable: Callable[[str], bool] = lambda node_id: True, origin_walks: int = 1, leaf_walk: bool = False,
     ) -> None:  # fmt: skip
         self.self_id = self_id
@@ -321,9 +321,9 @@ class PartialView:
         self.choose = choose
         self.mine = mine if mine is not None else BeaconIndex()
         self.steer = steer  # walk toward the neighbour whose beacon is nearest the cell, not at random
-        # A relay that wanted the cell itself pushes only to the owners ``near`` admits (its own
-        # neighbourhood): interest beyond it is as near to other holders, and each push there
-        # from every holder that knows it was a duplicate. None: to every owner it knows.
+        # A relay that wanted the cell itself pushes only to the owners ``near`` keeps (of a set:
+        # its own neighbourhood): interest beyond it is as near to other holders, and each push
+        # there from every holder that knows it was a duplicate. None: to every owner it knows.
         self.near = near
         self.widen_leaves = widen_leaves
         # Steered walks go to the known node nearest the cell, not only to a neighbour (one we
@@ -350,7 +350,7 @@ class PartialView:
             # A leaf of the spread (no interest linked to it) pushes to all it knows: else
             # the spread would end here, and few-wanted cells are where it ends (at N=1,000,
             # 0.68 of the interested pairs of cells wanted by fewer than 10 were reached).
-            linked = {o for o in owners if self.near(o)}
+            linked = self.near(owners)
             if linked or not self.widen_leaves:
                 owners = linked
         # Interest in sight, even if all of it was sent the cell already, ends the walk here.

@@ -508,6 +508,9 @@ def decode_signed(
 # -- envelopes ------------------------------------------------------------------------
 
 
+NO_HAVES = HaveSet()  # a frame that is no repair request holds none: every envelope shares this one
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Envelope:
     """The plaintext of one frame. Fields beyond ``diffs`` are used per ``type``."""
@@ -525,7 +528,7 @@ class Envelope:
     since: int = 0  # REPAIR_REQUEST: the responder's log position already covered
     limit: int = 0  # REPAIR_REQUEST
     version: int = 0  # REPAIR_REQUEST: requester's own control version
-    haves: HaveSet = dataclasses.field(default_factory=HaveSet)  # REPAIR_REQUEST: what the requester holds
+    haves: HaveSet = dataclasses.field(default_factory=lambda: NO_HAVES)  # REPAIR_REQUEST: what the requester holds
     upto: int = 0  # REPAIR_REPLY: log position covered by this reply
     more: bool = False  # REPAIR_REPLY
     ready: bool = True  # REPAIR_REPLY: false when the responder lacks the requester's beacons

@@ -167,3 +167,47 @@ def test_frames_carrying_one_key_share_it_and_a_changed_proof_is_kept_apart():
     assert again is first and again == (ME.public_key, bytes(32))
     other = decode_envelope(encode_envelope(frame(b"\x01" * 32))).keys[ME.node_id]
     assert other == (ME.public_key, b"\x01" * 32)  # what the frame says, checked by the keyring as before
+
+
+def test_a_membership_proof_checks_out_under_its_own_team_only_however_often_asked():
+    # Proofs are computed once per (team key, public key): asking again, or under another
+    # team, must give the answer the HMAC gives.
+    from mesh.team import Team
+
+    ours, theirs = Team.create(), Team.create()
+    proof = ours.membership_proof(ME.public_key)
+    for _ in range(3):
+        assert ours.is_member(ME.public_key, proof)
+        assert not theirs.is_member(ME.public_key, proof)
+        assert theirs.membership_proof(ME.public_key) != proof
+    assert not ours.is_member(NodeIdentity.generate().public_key, proof)
+
+
+def test_a_network_that_does_not_record_still_reports_every_effect():
+    # The simulator watches effects through on_effect and keeps none per host (at N=10,000
+    # that is millions); the same run seen through either gives the same cells.
+    from mesh.events import BeaconPlaced, CellStored, PeerDiscovered
+    from mesh.team import Team
+    from mesh.testing import VirtualNetwork, make_engine
+
+    from .test_engine import ENERGY, beacon, cell, unit
+
+    delivered = {}
+    for record in (True, False):
+        net = VirtualNetwork(seed=2, record=record)
+        team = Team.create()
+        for name in ("a", "b", "c"):
+            net.add(make_engine(name, team, ENERGY, seed=2, fast=True))
+        seen = []
+        net.on_effect = lambda host, effect: seen.append((host.address, type(effect).__name__))  # noqa: B023
+        net.start()
+        net.inject("a", PeerDiscovered("b"))
+        net.inject("c", PeerDiscovered("b"))
+        net.inject("b", BeaconPlaced(beacon(unit(3), agent="agent-b")))
+        net.run_for(5_000)
+        net.inject("a", CellStored(cell(unit(3))))
+        net.run_for(5_000)
+        kept = [address for address, host in net.hosts.items() if host.cells]
+        assert kept == (["b"] if record else [])
+        delivered[record] = sorted(address for address, kind in seen if kind == "StoreRemoteCell")
+    assert delivered[True] == delivered[False] == ["b"]
