@@ -712,10 +712,13 @@ class MeshEngine:
                 e0 = self.energy.initial(cell.salience, cell.cell_type)
                 onward_to = sorted(targets - {diff.origin, sender.node_id, self.node_id})
                 told = self._told(onward_to, diff.told)
+                # A push to known interest may meet other holders' copies (see _withdraw_copies);
+                # a walk hop goes where none is known to be going: no hold.
                 hold_until = self._now + self.config.relay_hold_ms if self.partial else 0
+                walked = getattr(self.router, "walked", frozenset())
                 for peer_id in onward_to:
                     onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id), told=told)
-                    self._enqueue(peer_id, onward, e0, hold_until)
+                    self._enqueue(peer_id, onward, e0, 0 if peer_id in walked else hold_until)
 
     # -- receiving: the control plane --------------------------------------------------
 

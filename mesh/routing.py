@@ -198,11 +198,13 @@ class BeaconIndex:
             rows = np.flatnonzero(group.alive[: group.n])
             sims = (group.matrix[rows] @ probe.T).max(axis=1)
             top = min(len(rows), 4 * count)
-            for k in np.argpartition(-sims, top - 1)[:top].tolist():
-                owner, sim = group.entries[rows[k]].owner, float(sims[k])  # type: ignore[union-attr]
+            picked = np.argpartition(-sims, top - 1)[:top]
+            entries = group.entries
+            for row, sim in zip(rows[picked].tolist(), sims[picked].tolist()):
+                owner = entries[row].owner  # type: ignore[union-attr]
                 if sim > best.get(owner, -2.0):
                     best[owner] = sim
-        return sorted(best, key=lambda o: (-best[o], o))[:count]
+        return [owner for _, owner in sorted((-sim, owner) for owner, sim in best.items())[:count]]
 
     def closeness(self, owner: str, probes: dict[tuple[str, str], np.ndarray]) -> float:
         """How close ``owner``'s nearest beacon is to any ``probes`` vector of its (tenant, space)

@@ -58,6 +58,7 @@ __all__ = [
     "envelope_diffs",
     "CONTROL_KINDS",
     "DATA_KINDS",
+    "Digest",
 ]
 
 WIRE_VERSION = 1
@@ -536,10 +537,24 @@ class Envelope:
 
 
 # A digest names every member (full view), in every gossip frame: its codec is a tight loop
-# over the memoised id conversions rather than a call per entry.
+# over the memoised id conversions rather than a call per entry, and a :class:`Digest` from
+# the control state comes with its wire form already made.
+
+
+class Digest(dict):
+    """A digest (origin -> version) that also holds its wire form (raw id -> version, same
+    order), kept in step by whoever builds it: encoding it is then a copy, not a loop."""
+
+    __slots__ = ("wire",)
+
+    def __init__(self, versions: Mapping[str, int], wire: Mapping[bytes, int]) -> None:
+        super().__init__(versions)
+        self.wire = dict(wire)
 
 
 def _encode_digest(digest: Mapping[str, int]) -> dict[bytes, int]:
+    if type(digest) is Digest:
+        return digest.wire
     raw = _ID_BYTES
     return {raw.get(origin) or id_bytes(origin): version for origin, version in digest.items()}
 
