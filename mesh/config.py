@@ -100,3 +100,7 @@ class MeshConfig:
     # Each relayed copy names up to this many nodes already sent it (its sender's targets, then
     # those its sender was told of); the receiver pushes to none of them (mesh.told). 0: off.
     told_limit: int = 64
+    # Partial view: a relay's onward copies wait this long in its queue, so that copies of the
+    # same cell from other relays (whose told lists name whom they were sent to) can withdraw
+    # them first (0: they leave at once). Adds up to this much latency per relay hop.
+    relay_hold_ms: int = 0

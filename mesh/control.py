@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .wire import BeaconPayload, Diff, PeerPayload, ScenePayload, UnbeaconPayload
+from .wire import BeaconPayload, Diff, Digest, PeerPayload, ScenePayload, UnbeaconPayload, id_bytes
 
 __all__ = ["ControlState", "control_key"]
 
@@ -32,6 +32,7 @@ def control_key(diff: Diff) -> tuple[str, str]:
 class ControlState:
     def __init__(self) -> None:
         self._versions: dict[str, int] = {}
+        self._wire_versions: dict[bytes, int] = {}  # the same, keyed by raw id: the digest's wire form
         self._entries: dict[str, dict[tuple[str, str], Diff]] = {}
         self.distance: dict[str, int] = {}  # origin -> hops (partial view only)
         # (max_distance, the origins within it in version order): a partial view shares its
@@ -46,7 +47,7 @@ class ControlState:
 
     def digest(self, max_distance: int | None = None) -> dict[str, int]:
         if max_distance is None:
-            return dict(self._versions)
+            return Digest(self._versions, self._wire_versions)
         dist = self.distance
         return {o: v for o, v in self._versions.items() if dist.get(o, 0) <= max_distance}
 
@@ -73,7 +74,8 @@ class ControlState:
         key = control_key(diff)
         previous = entries.get(key)
         entries[key] = diff
-        self._versions[diff.origin] = max(diff.seq, self._versions.get(diff.origin, 0))
+        version = self._versions[diff.origin] = max(diff.seq, self._versions.get(diff.origin, 0))
+        self._wire_versions[id_bytes(diff.origin)] = version
         return previous
 
     def needs_from(self, digest: Mapping[str, int], known_only: bool = False) -> bool:
@@ -91,6 +93,7 @@ class ControlState:
     def forget(self, origin: str) -> None:
         """Drop everything of an origin (it moved out of our radius)."""
         self._versions.pop(origin, None)
+        self._wire_versions.pop(id_bytes(origin), None)
         self._entries.pop(origin, None)
         self.distance.pop(origin, None)
         self._near = None

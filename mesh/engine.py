@@ -217,16 +217,16 @@ class MeshEngine:
             MsgType.PING: self._on_ping, MsgType.PONG: lambda env, peer: None,
         }  # fmt: skip
 
-    def _near(self, hops: int) -> Callable[[str], bool] | None:
-        """Partial view: the nodes a relay that wanted a cell pushes it to. One hop: those
-        linked to us now, either way (our neighbours, and the nodes that hold us, in-degree
-        bounded); more: those known that near (None: no limit short of the radius)."""
+    def _near(self, hops: int) -> Callable[[set[str]], set[str]] | None:
+        """Partial view: of a set of nodes, those a relay that wanted a cell pushes it to. One
+        hop: those linked to us now, either way (our neighbours, and the nodes that hold us,
+        in-degree bounded); more: those known that near (None: no limit short of the radius)."""
         if hops == 1:
-            return self._linked
+            return self._linked_of
         if hops >= self.config.interest_radius:
             return None
         distance = self.control.distance
-        return lambda node_id: distance.get(node_id, hops + 1) <= hops
+        return lambda nodes: {n for n in nodes if distance.get(n, hops + 1) <= hops}
 
     def _told(self, sent_to: list[str], was_told: bytes) -> bytes:
         """Partial view: the told list our copies of a diff carry (:mod:`mesh.told`)."""
@@ -236,12 +236,18 @@ class MeshEngine:
 
     def _withdraw_copies(self, diff: Diff, sender_id: str) -> None:
         """A copy of a diff we hold came in: the copies we queued for its sender, and for the
-        nodes it names as sent it, would be duplicates (partial view; those in flight are gone)."""
+        nodes it names as sent it, would be duplicates (partial view; those in flight are gone).
+
+        With ``relay_hold_ms``, a told list withdraws only copies still in their hold: all of a
+        relay's copies of a diff leave at the end of one hold, so until then no told list of ours
+        names their peers. Past it, ours may have (naming a peer, then withdrawing the copy to
+        it, could leave it with none: two holders each counting on the other)."""
         self.counters.data_diffs_withdrawn += self.outbox.withdraw(sender_id, diff.origin, diff.seq)
         if diff.told and self.outbox.ready:
             names = told_names(diff.told)
+            held_at = self._now if self.config.relay_hold_ms else None
             for peer_id in [p for p in self.outbox.ready if told_name(p) in names]:
-                self.counters.data_diffs_withdrawn += self.outbox.withdraw(peer_id, diff.origin, diff.seq)
+                self.counters.data_diffs_withdrawn += self.outbox.withdraw(peer_id, diff.origin, diff.seq, held_at)
 
     def _reachable(self, node_id: str) -> bool:
         """Partial view: a node we could send to now (see _enqueue)."""
@@ -252,8 +258,15 @@ class MeshEngine:
         peer = self.peers.get(node_id)
         return peer is not None and peer.neighbour
 
-    def _linked(self, node_id: str) -> bool:
-        return self._neighbour(node_id) or node_id in self.inbound.holding(self._now)
+    def _linked_of(self, nodes: set[str]) -> set[str]:
+        """Those of ``nodes`` linked to us now, either way (a relay runs this over every owner
+        it matched: one pass, not a call per owner)."""
+        peer_of = self.peers.get
+        linked = {n for n in nodes if (peer := peer_of(n)) is not None and peer.neighbour}
+        if len(linked) < len(nodes):  # asked only when needed: it also lets go of the stale
+            holding = self.inbound.holding(self._now)
+            linked.update(n for n in nodes if n in holding)
+        return linked
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -460,7 +473,7 @@ class MeshEngine:
         batch_id = fields.get("batch_id", 0) if mtype is MsgType.DATA else 0
         self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply, batch_id))
 
-    def _enqueue(self, peer_id: str, diff: Diff, energy: float) -> None:
+    def _enqueue(self, peer_id: str, diff: Diff, energy: float, hold_until: int = 0) -> None:
         peer = self.peers.get(peer_id)
         if peer is None and peer_id in self.contacts:
             peer, _ = self.peers.learn(peer_id, self.contacts[peer_id], self._now)
@@ -470,7 +483,7 @@ class MeshEngine:
             if peer is not None:
                 self.owed.add(peer_id, diff, energy)
             return
-        if self.outbox.enqueue(peer_id, diff, energy):
+        if self.outbox.enqueue(peer_id, diff, energy, hold_until=hold_until):
             self._drop(Reason.QUEUE_FULL)
 
     def _flush(self) -> None:
@@ -699,9 +712,13 @@ class MeshEngine:
                 e0 = self.energy.initial(cell.salience, cell.cell_type)
                 onward_to = sorted(targets - {diff.origin, sender.node_id, self.node_id})
                 told = self._told(onward_to, diff.told)
+                # A push to known interest may meet other holders' copies (see _withdraw_copies);
+                # a walk hop goes where none is known to be going: no hold.
+                hold_until = self._now + self.config.relay_hold_ms if self.partial else 0
+                walked = getattr(self.router, "walked", frozenset())
                 for peer_id in onward_to:
                     onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id), told=told)
-                    self._enqueue(peer_id, onward, e0)
+                    self._enqueue(peer_id, onward, e0, 0 if peer_id in walked else hold_until)
 
     # -- receiving: the control plane --------------------------------------------------
 

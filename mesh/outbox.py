@@ -62,6 +62,7 @@ class _Lane:
     queue: list[tuple[float, int, int, Diff]] = dataclasses.field(default_factory=list)  # (-energy, order, attempts, diff)
     inflight: dict[int, Batch] = dataclasses.field(default_factory=dict)
     sent_at: int | None = None  # when the last batch left
+    held_until: int = 0  # nothing leaves before (a relay's hold, see enqueue)
     srtt: float | None = None  # smoothed ack round trip, ms
     rttvar: float = 0.0
 
@@ -93,12 +94,18 @@ class Outbox:
         self._order = itertools.count()
         self._batch_ids = itertools.count(1)
         self.ready: set[str] = set()  # peers with queued diffs
+        self._held: dict[tuple[str, str, int], int] = {}  # (peer, origin, seq) -> end of its hold
 
-    def enqueue(self, peer_id: str, diff: Diff, energy: float, attempts: int = 0) -> int:
-        """Queue a diff; returns how many diffs overflow dropped (0 or 1)."""
+    def enqueue(self, peer_id: str, diff: Diff, energy: float, attempts: int = 0, hold_until: int = 0) -> int:
+        """Queue a diff; returns how many diffs overflow dropped (0 or 1). ``hold_until``: the
+        peer's queue waits until then (a relay's copy, held while copies from others may show
+        the peer has it: see ``withdraw``)."""
         lane = self._lanes.get(peer_id)
         if lane is None:
             lane = self._lanes[peer_id] = _Lane()
+        if hold_until:
+            lane.held_until = max(lane.held_until, hold_until)
+            self._held[(peer_id, diff.origin, diff.seq)] = hold_until
         bisect.insort(lane.queue, (-energy, next(self._order), attempts, diff))
         self.ready.add(peer_id)
         if len(lane.queue) > self.queue_limit:
@@ -115,7 +122,9 @@ class Outbox:
         if lane is None or not lane.queue:
             self.ready.discard(peer_id)
             return None
-        if len(lane.inflight) >= self.max_inflight or (not free_ride and now < self._send_at(lane)):
+        if len(lane.inflight) >= self.max_inflight or now < lane.held_until:
+            return None  # a hold applies even to a free ride: it waits for evidence, not for pacing
+        if not free_ride and now < self._send_at(lane):
             return None
         count, size = 0, 0
         for _, _, _, diff in lane.queue:
@@ -124,6 +133,9 @@ class Outbox:
             count += 1
             size += diff.size
         taken, lane.queue = lane.queue[:count], lane.queue[count:]
+        if self._held:
+            for _, _, _, diff in taken:
+                self._held.pop((peer_id, diff.origin, diff.seq), None)
         if not lane.queue:
             self.ready.discard(peer_id)
         items = [(-neg, att + 1, d) for neg, _, att, d in taken]
@@ -140,9 +152,9 @@ class Outbox:
     def _send_at(self, lane: _Lane) -> int:
         """When the lane's next batch may leave (see the module docstring)."""
         if lane.sent_at is None:
-            return 0
+            return lane.held_until
         busy = lane.inflight and len(lane.queue) < self.max_diffs
-        return lane.sent_at + (self.busy_pacing_ms if busy else self.pacing_ms)
+        return max(lane.held_until, lane.sent_at + (self.busy_pacing_ms if busy else self.pacing_ms))
 
     def acked(self, peer_id: str, batch_id: int, now: int | None = None) -> bool:
         batch = self._batches.get(batch_id)
@@ -189,11 +201,15 @@ class Outbox:
                     self.enqueue(batch.peer_id, diff, energy, attempts)
         return failing, gave_up
 
-    def withdraw(self, peer_id: str, origin: str, seq: int) -> bool:
-        """Take a queued diff (not one in flight) off a peer's queue: the peer has it already."""
+    def withdraw(self, peer_id: str, origin: str, seq: int, held_at: int | None = None) -> bool:
+        """Take a queued diff (not one in flight) off a peer's queue: the peer has it already.
+        ``held_at``: only if the copy is still in its hold at that time (see ``enqueue``)."""
         lane = self._lanes.get(peer_id)
         if lane is None:
             return False
+        if held_at is not None and self._held.get((peer_id, origin, seq), 0) <= held_at:
+            return False
+        self._held.pop((peer_id, origin, seq), None)
         for k, (_, _, _, diff) in enumerate(lane.queue):
             if diff.seq == seq and diff.origin == origin:
                 del lane.queue[k]
@@ -214,6 +230,8 @@ class Outbox:
         """Forget everything queued or in flight for a peer; returns the diff count."""
         lane = self._lanes.pop(peer_id, None)
         self.ready.discard(peer_id)
+        for key in [k for k in self._held if k[0] == peer_id]:
+            del self._held[key]
         if lane is None:
             return 0
         for batch_id in lane.inflight:

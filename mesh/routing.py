@@ -198,11 +198,13 @@ class BeaconIndex:
             rows = np.flatnonzero(group.alive[: group.n])
             sims = (group.matrix[rows] @ probe.T).max(axis=1)
             top = min(len(rows), 4 * count)
-            for k in np.argpartition(-sims, top - 1)[:top].tolist():
-                owner, sim = group.entries[rows[k]].owner, float(sims[k])  # type: ignore[union-attr]
+            picked = np.argpartition(-sims, top - 1)[:top]
+            entries = group.entries
+            for row, sim in zip(rows[picked].tolist(), sims[picked].tolist()):
+                owner = entries[row].owner  # type: ignore[union-attr]
                 if sim > best.get(owner, -2.0):
                     best[owner] = sim
-        return sorted(best, key=lambda o: (-best[o], o))[:count]
+        return [owner for _, owner in sorted((-sim, owner) for owner, sim in best.items())[:count]]
 
     def closeness(self, owner: str, probes: dict[tuple[str, str], np.ndarray]) -> float:
         """How close ``owner``'s nearest beacon is to any ``probes`` vector of its (tenant, space)
@@ -311,7 +313,7 @@ class PartialView:
     def __init__(
         self, self_id: str, index: BeaconIndex, energy: EnergyParams, neighbours: Callable[[], list[str]],
         choose: Callable[[list[str]], str], mine: BeaconIndex | None = None, steer: bool = False,
-        near: Callable[[str], bool] | None = None, widen_leaves: bool = True, walk_far: bool = False,
+        near: Callable[[set[str]], set[str]] | None = None, widen_leaves: bool = True, walk_far: bool = False,
         reachable: Callable[[str], bool] = lambda node_id: True, origin_walks: int = 1, leaf_walk: bool = False,
     ) -> None:  # fmt: skip
         self.self_id = self_id
@@ -321,9 +323,9 @@ class PartialView:
         self.choose = choose
         self.mine = mine if mine is not None else BeaconIndex()
         self.steer = steer  # walk toward the neighbour whose beacon is nearest the cell, not at random
-        # A relay that wanted the cell itself pushes only to the owners ``near`` admits (its own
-        # neighbourhood): interest beyond it is as near to other holders, and each push there
-        # from every holder that knows it was a duplicate. None: to every owner it knows.
+        # A relay that wanted the cell itself pushes only to the owners ``near`` keeps (of a set:
+        # its own neighbourhood): interest beyond it is as near to other holders, and each push
+        # there from every holder that knows it was a duplicate. None: to every owner it knows.
         self.near = near
         self.widen_leaves = widen_leaves
         # Steered walks go to the known node nearest the cell, not only to a neighbour (one we
@@ -350,7 +352,7 @@ class PartialView:
             # A leaf of the spread (no interest linked to it) pushes to all it knows: else
             # the spread would end here, and few-wanted cells are where it ends (at N=1,000,
             # 0.68 of the interested pairs of cells wanted by fewer than 10 were reached).
-            linked = {o for o in owners if self.near(o)}
+            linked = self.near(owners)
             if linked or not self.widen_leaves:
                 owners = linked
         # Interest in sight, even if all of it was sent the cell already, ends the walk here.

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import hashlib
 import hmac
 import os
@@ -125,7 +126,7 @@ class Team:
         return hashlib.sha256(b"hyphae-team-id" + self.team_id.encode()).hexdigest()[:16]
 
     def membership_proof(self, public_key: bytes) -> bytes:
-        return hmac.new(self.team_key, _MEMBER_LABEL + public_key, hashlib.sha256).digest()
+        return _membership_proof(self.team_key, public_key)
 
     def is_member(self, public_key: bytes, proof: bytes) -> bool:
         if self.removed and node_id_for(public_key) in self.removed:
@@ -168,3 +169,10 @@ class FrameSealer:
         except InvalidTag:
             raise SealError(Reason.DECRYPT_FAILED, "frame does not open under the team key") from None
         return header[1 : 1 + _NODE_ID_BYTES].hex(), nonce, plaintext
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _membership_proof(team_key: bytes, public_key: bytes) -> bytes:
+    # Every node checks each member's proof once; a simulator's thousands of engines in one
+    # process check the same few thousand, so the HMAC is computed once per key.
+    return hmac.new(team_key, _MEMBER_LABEL + public_key, hashlib.sha256).digest()

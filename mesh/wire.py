@@ -58,6 +58,7 @@ __all__ = [
     "envelope_diffs",
     "CONTROL_KINDS",
     "DATA_KINDS",
+    "Digest",
 ]
 
 WIRE_VERSION = 1
@@ -508,6 +509,9 @@ def decode_signed(
 # -- envelopes ------------------------------------------------------------------------
 
 
+NO_HAVES = HaveSet()  # a frame that is no repair request holds none: every envelope shares this one
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Envelope:
     """The plaintext of one frame. Fields beyond ``diffs`` are used per ``type``."""
@@ -525,7 +529,7 @@ class Envelope:
     since: int = 0  # REPAIR_REQUEST: the responder's log position already covered
     limit: int = 0  # REPAIR_REQUEST
     version: int = 0  # REPAIR_REQUEST: requester's own control version
-    haves: HaveSet = dataclasses.field(default_factory=HaveSet)  # REPAIR_REQUEST: what the requester holds
+    haves: HaveSet = dataclasses.field(default_factory=lambda: NO_HAVES)  # REPAIR_REQUEST: what the requester holds
     upto: int = 0  # REPAIR_REPLY: log position covered by this reply
     more: bool = False  # REPAIR_REPLY
     ready: bool = True  # REPAIR_REPLY: false when the responder lacks the requester's beacons
@@ -533,10 +537,24 @@ class Envelope:
 
 
 # A digest names every member (full view), in every gossip frame: its codec is a tight loop
-# over the memoised id conversions rather than a call per entry.
+# over the memoised id conversions rather than a call per entry, and a :class:`Digest` from
+# the control state comes with its wire form already made.
+
+
+class Digest(dict):
+    """A digest (origin -> version) that also holds its wire form (raw id -> version, same
+    order), kept in step by whoever builds it: encoding it is then a copy, not a loop."""
+
+    __slots__ = ("wire",)
+
+    def __init__(self, versions: Mapping[str, int], wire: Mapping[bytes, int]) -> None:
+        super().__init__(versions)
+        self.wire = dict(wire)
 
 
 def _encode_digest(digest: Mapping[str, int]) -> dict[bytes, int]:
+    if type(digest) is Digest:
+        return digest.wire
     raw = _ID_BYTES
     return {raw.get(origin) or id_bytes(origin): version for origin, version in digest.items()}
 

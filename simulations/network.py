@@ -257,7 +257,7 @@ class SimNetwork(VirtualNetwork):
     def __init__(
         self, model: LinkModel, *, seed: int, team: Team, energy: EnergyParams, crypto: str = "sim", **config: object
     ) -> None:
-        super().__init__(seed=seed, report_send_failures=True)
+        super().__init__(seed=seed, report_send_failures=True, record=False)  # the harness reads on_effect
         if crypto not in CRYPTO_SUITES:
             raise ValueError(f"crypto is one of {', '.join(CRYPTO_SUITES)}, not {crypto!r}")
         self.model = model

@@ -167,3 +167,92 @@ def test_frames_carrying_one_key_share_it_and_a_changed_proof_is_kept_apart():
     assert again is first and again == (ME.public_key, bytes(32))
     other = decode_envelope(encode_envelope(frame(b"\x01" * 32))).keys[ME.node_id]
     assert other == (ME.public_key, b"\x01" * 32)  # what the frame says, checked by the keyring as before
+
+
+def test_a_membership_proof_checks_out_under_its_own_team_only_however_often_asked():
+    # Proofs are computed once per (team key, public key): asking again, or under another
+    # team, must give the answer the HMAC gives.
+    from mesh.team import Team
+
+    ours, theirs = Team.create(), Team.create()
+    proof = ours.membership_proof(ME.public_key)
+    for _ in range(3):
+        assert ours.is_member(ME.public_key, proof)
+        assert not theirs.is_member(ME.public_key, proof)
+        assert theirs.membership_proof(ME.public_key) != proof
+    assert not ours.is_member(NodeIdentity.generate().public_key, proof)
+
+
+def test_a_network_that_does_not_record_still_reports_every_effect():
+    # The simulator watches effects through on_effect and keeps none per host (at N=10,000
+    # that is millions); the same run seen through either gives the same cells.
+    from mesh.events import BeaconPlaced, CellStored, PeerDiscovered
+    from mesh.team import Team
+    from mesh.testing import VirtualNetwork, make_engine
+
+    from .test_engine import ENERGY, beacon, cell, unit
+
+    delivered = {}
+    for record in (True, False):
+        net = VirtualNetwork(seed=2, record=record)
+        team = Team.create()
+        for name in ("a", "b", "c"):
+            net.add(make_engine(name, team, ENERGY, seed=2, fast=True))
+        seen = []
+        net.on_effect = lambda host, effect: seen.append((host.address, type(effect).__name__))  # noqa: B023
+        net.start()
+        net.inject("a", PeerDiscovered("b"))
+        net.inject("c", PeerDiscovered("b"))
+        net.inject("b", BeaconPlaced(beacon(unit(3), agent="agent-b")))
+        net.run_for(5_000)
+        net.inject("a", CellStored(cell(unit(3))))
+        net.run_for(5_000)
+        kept = [address for address, host in net.hosts.items() if host.cells]
+        assert kept == (["b"] if record else [])
+        delivered[record] = sorted(address for address, kind in seen if kind == "StoreRemoteCell")
+    assert delivered[True] == delivered[False] == ["b"]
+
+
+def test_the_control_states_digest_goes_on_the_wire_as_the_plain_digest_would():
+    # The control state keeps the digest's wire form in step (applies, newer versions, an
+    # origin forgotten and learned again): the frame is byte for byte the plain dict's.
+    from mesh.control import ControlState
+
+    people = [NodeIdentity.generate() for _ in range(4)]
+    state = ControlState()
+    for seq, who in [(3, 0), (1, 1), (5, 2), (9, 0), (2, 3), (4, 1)]:
+        state.apply(sign_diff(PeerPayload(f"n{who}"), origin=people[who].node_id, seq=seq, ts=1, sign=people[who].sign))
+    state.forget(people[1].node_id)
+    state.apply(sign_diff(PeerPayload("n1"), origin=people[1].node_id, seq=6, ts=1, sign=people[1].sign))
+    digest = state.digest()
+    frame = lambda d: encode_envelope(Envelope(MsgType.GOSSIP, 1, "n0", digest=d, reply_wanted=True))  # noqa: E731
+    assert frame(digest) == frame(dict(digest))
+    assert list(decode_envelope(frame(digest)).digest.items()) == [
+        (people[0].node_id, 9), (people[2].node_id, 5), (people[3].node_id, 2), (people[1].node_id, 6)
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(1, 12))
+def test_the_nearest_owners_are_ranked_by_their_best_beacon_then_by_id(seed, count):
+    # What the vectorised ranking must give: every owner's most similar live beacon, best
+    # first, ties by owner id (here every group's rows fit the rows it looks at).
+    from mesh.routing import BeaconIndex
+
+    rng = np.random.default_rng(seed)
+    index, vectors = BeaconIndex(), {}
+    for i in range(24):
+        vector = rng.normal(size=8).astype(np.float32)
+        vector /= np.linalg.norm(vector)
+        owner = f"o{i % 9}"
+        index.add(BeaconPayload(f"b{i}", "t", "a", "q", 0.5, None, None, None, None, vector, "s", ()), owner, 1)
+        vectors[f"b{i}"] = owner, vector
+    for i in range(0, 24, 5):
+        index.remove(f"b{i}")
+        del vectors[f"b{i}"]
+    probe = rng.normal(size=(2, 8)).astype(np.float32)
+    best: dict[str, float] = {}
+    for owner, vector in vectors.values():
+        best[owner] = max(best.get(owner, -2.0), float((probe @ vector).max()))
+    expected = sorted(best, key=lambda o: (-best[o], o))[:count]
+    assert index.nearest_owners({("t", "s"): probe}, max(count, 5))[:count] == expected

@@ -132,3 +132,22 @@ def test_a_withdrawn_diff_leaves_the_queue_but_not_a_batch_in_flight():
     assert sorted(d.seq for _, d in box.held("peer")) == [1, 2]
     assert box.withdraw("peer", ORIGIN, 2)
     assert "peer" not in box.ready  # nothing left to send
+
+
+def test_a_held_copy_waits_for_its_hold_and_can_be_withdrawn_meanwhile():
+    box = outbox(pacing_ms=5)
+    box.enqueue("peer", diff(1), 0.5, hold_until=1_030)
+    box.enqueue("other", diff(1), 0.5, hold_until=1_030)
+    assert box.next_deadline() == 1_030
+    assert box.take("peer", 1_000) is None and box.take("peer", 1_029) is None
+    assert box.withdraw("other", ORIGIN, 1)  # a copy from elsewhere showed it has the diff
+    batch = box.take("peer", 1_030)
+    assert [d.seq for _, _, d in batch.items] == [1]
+    assert box.take("other", 1_030) is None and "other" not in box.ready
+
+
+def test_without_a_hold_a_copy_leaves_at_once():
+    box = outbox(pacing_ms=5)
+    box.enqueue("peer", diff(1), 0.5)
+    assert box.next_deadline() == 0
+    assert box.take("peer", 1_000) is not None

@@ -78,3 +78,36 @@ def test_with_the_default_routing_each_interested_node_on_the_line_is_sent_the_c
     assert spread(unit(41), LINE[1:]) == ({"b", "c", "d", "e"}, 4)
     reached, copies = spread(unit(41), LINE[1:], told_limit=0)
     assert reached == {"b", "c", "d", "e"} and copies > 4
+
+
+def test_a_relay_hold_lets_other_holders_copies_withdraw_its_own_and_reaches_the_same_nodes():
+    """36 nodes in three interest communities, a low threshold (each cell wanted by a whole
+    community) and short told lists (4 names), so relays in a community push to nodes another
+    holder already sent the cell. Held for 40 ms, a relay's copies meet the copies of the
+    others first, whose told lists withdraw some of them: fewer copies, the same nodes reached."""
+    from mesh.events import CellStored
+
+    from .test_engine import cell, near
+    from .test_interest_neighbours import TOPICS, community_mesh
+
+    outcome = {}
+    for hold in (0, 40):
+        net, vectors = community_mesh(threshold=0.5, relay_hold_ms=hold, told_limit=4, repair_interval_ms=600_000)
+        net.run_for(30_000)
+        before = sum(h.engine.counters.data_diffs_sent for h in net.hosts.values())
+        stored = []
+        for k in range(3):
+            stored.append(cell(near(TOPICS[k], 0.97, seed=100 + k), salience=1.0, at=net.now, cid=f"c{k}"))
+            net.inject(f"n{k}", CellStored(stored[-1]))
+            net.run_for(200)
+        net.run_for(5_000)
+        reached = {(c.node_id, a) for c in stored for a, h in net.hosts.items() if c.node_id in h.cells}
+        copies = sum(h.engine.counters.data_diffs_sent for h in net.hosts.values()) - before
+        withdrawn = sum(h.engine.counters.data_diffs_withdrawn for h in net.hosts.values())
+        outcome[hold] = reached, copies, withdrawn
+        wanted = {(c.node_id, a) for k, c in enumerate(stored) for a, v in vectors.items()
+                  if a != f"n{k}" and float(v @ c.embedding) >= 0.5}  # fmt: skip
+        assert reached == wanted
+    (reached_now, copies_now, _), (reached_held, copies_held, withdrawn_held) = outcome[0], outcome[40]
+    assert reached_held == reached_now
+    assert copies_held < copies_now and withdrawn_held > outcome[0][2]
