@@ -645,7 +645,7 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
                 keys[text] = _key_entry(pk, proof)
                 continue
         pk, proof = _list(entry, "key entry", 2)
-        keys[id_hex(_bin(origin, "key origin"))] = (_bin(pk, "public key", 32), _bin(proof, "proof", 32))
+        keys[id_hex(_bin(origin, "key origin"))] = _key_entry(_bin(pk, "public key", 32), _bin(proof, "proof", 32))
     diffs = tuple(_decode_diff(d, limits) for d in raw_diffs)
     fields: dict[str, Any] = {}
     extra = _list(extra, "extra")
