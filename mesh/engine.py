@@ -85,6 +85,7 @@ Verifier = Callable[[bytes, bytes, bytes], bool]  # (public_key, signature, mess
 _GOSSIP, _LIVENESS, _REPAIR, _OUTBOX, _ACK = "gossip", "liveness", "repair", "outbox", "ack"
 _ACKS_HELD = 64  # delayed acks for one peer beyond this go at once
 _OUT_OF_RADIUS = "out_of_radius"  # a control diff from farther than the interest radius (partial view)
+_OFFER_DECLINED = "offer_declined"  # an offered node no nearer our interest than our chosen neighbours
 _REPAIR_RESENDS = 2  # an unanswered repair request is sent again this often; then the periodic round covers
 _RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
 
@@ -152,6 +153,9 @@ class MeshEngine:
         self.control.distance[self.node_id] = 0
         self.contacts: dict[str, str] = {}  # partial view: node id -> address, from peer diffs within the radius
         self.own_beacons = BeaconIndex()
+        # partial view: how close (cosine) the last of our chosen neighbours is to our beacons;
+        # a node offered from beyond our radius is kept only if nearer (see _take_offers)
+        self._interest_bar = -2.0
         # partial view: who holds us as a neighbour (the other end of our links), in-degree bounded
         self.inbound = InboundLinks(
             config.inbound_link_timeout_ms, config.max_inbound_links,
@@ -712,13 +716,16 @@ class MeshEngine:
             self.control.closer(peer.node_id, 1)
         if self.partial and env.reply_wanted:
             self.inbound.heard(peer.node_id, self._now)  # it holds us as a neighbour (or answers us)
-        for diff in env.diffs:
+        for diff in self._take_offers(env.diffs) if self.partial else env.diffs:
             self._accept_control(diff, env)
         if env.digest is None or not env.reply_wanted:
             return
         limits = self.config.limits
         share = self.config.interest_radius - 1 if self.partial else None
         delta = self.control.delta_for(env.digest, limits.max_diffs, self._max_bytes, share)
+        if self.partial and self.config.interest_offers and self.config.interest_neighbours:
+            delta += self._offers_for(peer.node_id, env.digest, limits.max_diffs - len(delta),
+                                      self._max_bytes - sum(d.size for d in delta))  # fmt: skip
         need = self.control.needs_from(env.digest, known_only=self.partial)
         if self.partial and not need and self.control.version(peer.node_id) < env.digest.get(peer.node_id, 0):
             need = True  # its own diffs, even new to us: it is one hop away (it may have chosen us)
@@ -728,6 +735,68 @@ class MeshEngine:
                 peer.address, MsgType.GOSSIP, tuple(delta),
                 digest=self.control.digest() if need else None, reply_wanted=need, in_reply=True,
             )  # fmt: skip
+
+    def _offers_for(self, peer_id: str, digest: dict[str, int], max_diffs: int, max_bytes: int) -> list[Diff]:
+        """Partial view, T-Man's ranked exchange: the diffs (peer record and beacons) of up to
+        ``interest_offers`` nodes we know, whatever their distance, whose beacons are nearest
+        ``peer_id``'s and which its ``digest`` lacks. Ranked down our view by its interest, we stop
+        at the ``interest_neighbours``-th node its digest shows it knows: past that, as far as we
+        can tell, none would be nearer than those it has, and it would decline them. So a
+        converged overlay offers nothing. Marked one hop beyond the radius (``hops``), which a
+        node without offers drops as out of radius."""
+        probes = self.beacons.vectors_of(peer_id)
+        if not probes:
+            return []
+        want, offers = self.config.interest_neighbours, self.config.interest_offers
+        out: list[Diff] = []
+        size, offered, known = 0, 0, 0
+        hops = self.config.interest_radius + 1
+        for node_id in self.beacons.nearest_owners(probes, want + offers + 1):
+            if node_id == peer_id:
+                continue
+            if node_id in digest:
+                known += 1
+                if known >= max(1, want):
+                    break
+                continue
+            if not self._reachable(node_id):
+                continue
+            diffs = sorted(self.control.entries(node_id), key=lambda d: d.seq)  # a prefix of the origin's
+            cost = sum(d.size for d in diffs)
+            if len(out) + len(diffs) > max_diffs or size + cost > max_bytes:
+                break
+            out += (d.routed(hops=hops, ttl=0) for d in diffs)
+            size += cost
+            offered += 1
+            if offered == offers:
+                break
+        return out
+
+    def _take_offers(self, diffs: tuple[Diff, ...]) -> list[Diff] | tuple[Diff, ...]:
+        """Partial view: of the nodes offered from beyond our radius (``_offers_for``), keep those
+        whose beacons are nearer our own than our chosen neighbours' (so ``_choose_neighbours``
+        takes them next round), recorded at the edge of the radius: known, but not shared onward."""
+        beyond = self.config.interest_radius + 1
+        if not any(d.hops == beyond for d in diffs):
+            return diffs
+        probes = self.own_beacons.vectors()
+        nearer: set[str] = set()
+        for d in diffs:
+            p = d.payload
+            if d.hops == beyond and isinstance(p, BeaconPayload):
+                probe = probes.get((p.tenant_id, p.embedding_space))
+                if probe is not None and probe.shape[1] == p.embedding.shape[0]:
+                    if float((probe @ p.embedding).max()) > self._interest_bar:
+                        nearer.add(d.origin)
+        out: list[Diff] = []
+        for d in diffs:
+            if d.hops != beyond:
+                out.append(d)
+            elif d.origin in nearer:
+                out.append(d.routed(hops=beyond - 1, ttl=0))
+            else:
+                self._drop(_OFFER_DECLINED)
+        return out
 
     def _accept_control(self, diff: Diff, env: Envelope) -> None:
         if diff.kind not in CONTROL_KINDS:
@@ -804,6 +873,7 @@ class MeshEngine:
                 chosen.append(peer)
                 if len(chosen) == want:
                     break
+        self._interest_bar = self.beacons.closeness(chosen[-1].node_id, probes) if len(chosen) == want else -2.0
         keep = {p.node_id for p in chosen}
         for peer in self.peers.neighbours():
             if peer.chosen and peer.node_id not in keep:
