@@ -27,7 +27,9 @@ never touches a socket. Five parts, one module each:
   routes with :class:`FullView`. ``view="partial"`` (large meshes) gossips with at most
   ``max_neighbours`` random neighbours plus ``interest_neighbours`` chosen each round as
   the known nodes whose beacons are nearest its own (T-Man style, so nodes of like
-  interest end up within each other's radius), replicates control diffs only ``interest_radius`` hops
+  interest end up within each other's radius; a gossip answer also offers the asker the nodes
+  beyond its radius nearest its interest, T-Man's ranked exchange, so a rare interest finds its
+  kind in a few rounds), replicates control diffs only ``interest_radius`` hops
   (:mod:`mesh.control`), pushes data straight to the beacon owners it knows (contacts
   from ``peer`` diffs within the radius); recipients relay to the interests they know,
   and only a walk toward unseen interest spends the hop budget (:class:`PartialView`);
