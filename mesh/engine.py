@@ -726,8 +726,8 @@ class MeshEngine:
         share = self.config.interest_radius - 1 if self.partial else None
         delta = self.control.delta_for(env.digest, limits.max_diffs, self._max_bytes, share)
         if self.partial and self.config.interest_offers and self.config.interest_neighbours:
-            delta += self._offers_for(peer.node_id, env.digest, limits.max_diffs - len(delta),
-                                      self._max_bytes - sum(d.size for d in delta))  # fmt: skip
+            delta += self._offers_for(peer.node_id, env.digest, {d.origin for d in delta},
+                                      limits.max_diffs - len(delta), self._max_bytes - sum(d.size for d in delta))
         need = self.control.needs_from(env.digest, known_only=self.partial)
         if self.partial and not need and self.control.version(peer.node_id) < env.digest.get(peer.node_id, 0):
             need = True  # its own diffs, even new to us: it is one hop away (it may have chosen us)
@@ -738,14 +738,16 @@ class MeshEngine:
                 digest=self.control.digest() if need else None, reply_wanted=need, in_reply=True,
             )  # fmt: skip
 
-    def _offers_for(self, peer_id: str, digest: dict[str, int], max_diffs: int, max_bytes: int) -> list[Diff]:
+    def _offers_for(
+        self, peer_id: str, digest: dict[str, int], sending: set[str], max_diffs: int, max_bytes: int
+    ) -> list[Diff]:
         """Partial view, T-Man's ranked exchange: the diffs (peer record and beacons) of up to
         ``interest_offers`` nodes we know, whatever their distance, whose beacons are nearest
-        ``peer_id``'s and which its ``digest`` lacks. Ranked down our view by its interest, we stop
-        at the ``interest_neighbours``-th node its digest shows it knows: past that, as far as we
-        can tell, none would be nearer than those it has, and it would decline them. So a
-        converged overlay offers nothing. Marked one hop beyond the radius (``hops``), which a
-        node without offers drops as out of radius."""
+        ``peer_id``'s, which its ``digest`` lacks and our answer is not ``sending`` it already.
+        Ranked down our view by its interest, we stop at the ``interest_neighbours``-th node it
+        knows (or is being sent): past that, as far as we can tell, none would be nearer than
+        those it has, and it would decline them. So a converged overlay offers nothing. Marked
+        one hop beyond the radius (``hops``), which a node without offers drops as out of radius."""
         probes = self.beacons.vectors_of(peer_id)
         if not probes:
             return []
@@ -756,7 +758,7 @@ class MeshEngine:
         for node_id in self.beacons.nearest_owners(probes, want + offers + 1):
             if node_id == peer_id:
                 continue
-            if node_id in digest:
+            if node_id in digest or node_id in sending:
                 known += 1
                 if known >= max(1, want):
                     break
