@@ -11,6 +11,7 @@ beacon, and its topic's members):
 * ``known``: the share it knows at all (their beacons are in its index);
 * ``mate``: the share of nodes that know at least one other node of their own topic;
 * ``origins``: control origins a node holds (what its memory grows with);
+* ``moved`` (over all nodes): the share whose gossip neighbours changed during the step;
 
 by the size of the node's topic (few members are where delivery is lost), and the CPU
 seconds each step took::
@@ -49,8 +50,12 @@ def true_nearest(w: Workload, count: int, chunk: int = 1000) -> np.ndarray:
     return out
 
 
-def measure(net, w: Workload, truth: np.ndarray, topic_of: list[int], members: dict[int, set[str]]) -> dict:
+def measure(
+    net, w: Workload, truth: np.ndarray, topic_of: list[int], members: dict[int, set[str]], before: list[set[str]]
+) -> dict:
+    """The figures of the module docstring; ``before`` (each node's neighbours) is brought up to date."""
     n = w.spec.nodes
+    moved = 0
     ids = [net.hosts[address(i)].engine.node_id for i in range(n)]
     sizes = {t: len(m) for t, m in members.items()}
     rows: dict[str, list[tuple[float, float, bool, int]]] = {label: [] for *_, label in BUCKETS}
@@ -58,6 +63,8 @@ def measure(net, w: Workload, truth: np.ndarray, topic_of: list[int], members: d
         engine = net.hosts[address(i)].engine
         known = engine.beacons.owners()
         linked = {p.node_id for p in engine.peers.neighbours()}
+        moved += linked != before[i]
+        before[i] = linked
         want = [ids[j] for j in truth[i]]
         mates = members[topic_of[i]] - {ids[i]}
         label = next(lab for lo, hi, lab in BUCKETS if lo <= sizes[topic_of[i]] < hi)
@@ -65,7 +72,7 @@ def measure(net, w: Workload, truth: np.ndarray, topic_of: list[int], members: d
             sum(x in linked for x in want) / len(want), sum(x in known for x in want) / len(want),
             bool(mates & known), len(engine.control),
         ))  # fmt: skip
-    out = {}
+    out: dict = {"moved": round(moved / n, 4)}
     for label, got in rows.items():
         if got:
             a = np.array(got, float)
@@ -102,11 +109,12 @@ def main() -> None:
     members: dict[int, set[str]] = {}
     for i, t in enumerate(topic_of):
         members.setdefault(t, set()).add(net.hosts[address(i)].engine.node_id)
+    before: list[set[str]] = [set() for _ in range(args.nodes)]
     start, cpu = net.now, time.process_time()
     while net.now - start < args.until_ms:
         net.run_for(args.step_ms)
         spent, cpu = time.process_time() - cpu, time.process_time()
-        print(json.dumps({"at_ms": net.now - start, "cpu_s": round(spent, 1), **measure(net, w, truth, topic_of, members)}),
+        print(json.dumps({"at_ms": net.now - start, "cpu_s": round(spent, 1), **measure(net, w, truth, topic_of, members, before)}),
               flush=True)  # fmt: skip
 
 

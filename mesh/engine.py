@@ -877,7 +877,11 @@ class MeshEngine:
                 chosen.append(peer)
                 if len(chosen) == want:
                     break
-        self._interest_bar = self.beacons.closeness(chosen[-1].node_id, probes) if len(chosen) == want else -2.0
+        margin = self.config.choice_margin
+        if margin and len(chosen) == want:
+            chosen = self._keep_chosen(chosen, probes, margin)
+        closeness = self.beacons.closeness
+        self._interest_bar = min(closeness(p.node_id, probes) for p in chosen) + margin if len(chosen) == want else -2.0
         keep = {p.node_id for p in chosen}
         for peer in self.peers.neighbours():
             if peer.chosen and peer.node_id not in keep:
@@ -886,6 +890,28 @@ class MeshEngine:
             if not peer.neighbour:  # one already a random neighbour stays one, and counts
                 peer.neighbour = peer.chosen = True
                 self.control.closer(peer.node_id, 1)  # a neighbour: what it signs we share onward
+
+    def _keep_chosen(self, nearest: list[Peer], probes: dict, margin: float) -> list[Peer]:
+        """Our chosen neighbours, each displaced (in ``nearest``'s order) only by a node nearer
+        than the farthest of them by ``margin``: a popular interest has many nodes of nearly
+        equal closeness, and each change of neighbour costs an exchange of two whole neighbourhoods."""
+        closeness = self.beacons.closeness
+        held = {p.node_id: closeness(p.node_id, probes) for p in self.peers.neighbours() if p.chosen
+                and p.state is not PeerState.DEAD}  # fmt: skip
+        for peer in nearest:
+            if peer.node_id in held:
+                continue
+            near = closeness(peer.node_id, probes)
+            if len(held) < len(nearest):
+                held[peer.node_id] = near
+                continue
+            worst = min(held, key=lambda n: (held[n], n))
+            if near <= held[worst] + margin:
+                break  # nor will the rest, nearest first
+            del held[worst]
+            held[peer.node_id] = near
+        peers = {p.node_id: p for p in nearest}
+        return [peers.get(n) or self.peers.get(n) for n in sorted(held, key=lambda n: (-held[n], n))]  # type: ignore[misc]
 
     def _gossip_probe(self, live: list[Peer]) -> Peer | None:
         """Partial view: the live neighbour silent the longest, if one is due a probe. The round

@@ -139,3 +139,20 @@ def test_a_full_view_offers_nothing():
     net.run_for(20_000)
     assert seen and not any(offered for _, _, offered in seen)
     assert all(len(net.hosts[n].engine.beacons) == len(names) - 1 for n in names)
+
+
+def test_with_a_choice_margin_neighbours_settle_within_it_of_the_nearest_after_fewer_changes():
+    changes = {}
+    for margin in (0.0, 0.05):
+        net, vectors = community_mesh(interest_neighbours=4, choice_margin=margin)
+        before = {name: chosen(net, name) for name in net.hosts}
+        changes[margin] = 0
+        for _ in range(60):
+            net.run_for(1_000)
+            now = {name: chosen(net, name) for name in net.hosts}
+            changes[margin] += sum(len(now[n] - before[n]) for n in net.hosts)
+            before = now
+        for name in net.hosts:
+            fourth = sorted((float(vectors[o] @ vectors[name]) for o in vectors if o != name), reverse=True)[3]
+            assert all(float(vectors[c] @ vectors[name]) >= fourth - margin - 1e-6 for c in chosen(net, name))
+    assert changes[0.05] < changes[0.0]
