@@ -114,8 +114,8 @@ def main() -> None:
     while net.now - start < args.until_ms:
         net.run_for(args.step_ms)
         spent, cpu = time.process_time() - cpu, time.process_time()
-        print(json.dumps({"at_ms": net.now - start, "cpu_s": round(spent, 1), **measure(net, w, truth, topic_of, members, before)}),
-              flush=True)  # fmt: skip
+        figures = measure(net, w, truth, topic_of, members, before)
+        print(json.dumps({"at_ms": net.now - start, "cpu_s": round(spent, 1), **figures}), flush=True)
 
 
 if __name__ == "__main__":

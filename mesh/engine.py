@@ -155,8 +155,8 @@ class MeshEngine:
         self.control.distance[self.node_id] = 0
         self.contacts: dict[str, str] = {}  # partial view: node id -> address, from peer diffs within the radius
         self.own_beacons = BeaconIndex()
-        # partial view: how close (cosine) the last of our chosen neighbours is to our beacons;
-        # a node offered from beyond our radius is kept only if nearer (see _take_offers)
+        # partial view: how close (cosine) a node must be to our beacons to displace one of our
+        # chosen neighbours; a node offered from beyond our radius is kept only if that close
         self._interest_bar = -2.0
         # partial view: who holds us as a neighbour (the other end of our links), in-degree bounded
         self.inbound = InboundLinks(
@@ -880,8 +880,9 @@ class MeshEngine:
         margin = self.config.choice_margin
         if margin and len(chosen) == want:
             chosen = self._keep_chosen(chosen, probes, margin)
-        closeness = self.beacons.closeness
-        self._interest_bar = min(closeness(p.node_id, probes) for p in chosen) + margin if len(chosen) == want else -2.0
+        self._interest_bar = -2.0
+        if len(chosen) == want:
+            self._interest_bar = min(self.beacons.closeness(p.node_id, probes) for p in chosen) + margin
         keep = {p.node_id for p in chosen}
         for peer in self.peers.neighbours():
             if peer.chosen and peer.node_id not in keep:
@@ -911,7 +912,8 @@ class MeshEngine:
             del held[worst]
             held[peer.node_id] = near
         peers = {p.node_id: p for p in nearest}
-        return [peers.get(n) or self.peers.get(n) for n in sorted(held, key=lambda n: (-held[n], n))]  # type: ignore[misc]
+        ranked = sorted(held, key=lambda n: (-held[n], n))
+        return [peers.get(n) or self.peers.get(n) for n in ranked]  # type: ignore[misc]
 
     def _gossip_probe(self, live: list[Peer]) -> Peer | None:
         """Partial view: the live neighbour silent the longest, if one is due a probe. The round

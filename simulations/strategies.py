@@ -33,7 +33,8 @@ from .network import LinkModel, SimNetwork, address, index_of
 from .workload import SimCell, Workload
 
 __all__ = [
-    "Context", "Outcome", "Strategy", "Hyphae", "Flood", "RandomPush", "Oracle", "STRATEGIES", "sim_network", "boot_nodes",
+    "Context", "Outcome", "Strategy", "Hyphae", "Flood", "RandomPush", "Oracle", "STRATEGIES", "sim_network",
+    "boot_nodes",
 ]
 
 
