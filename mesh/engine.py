@@ -27,7 +27,9 @@ never touches a socket. Five parts, one module each:
   routes with :class:`FullView`. ``view="partial"`` (large meshes) gossips with at most
   ``max_neighbours`` random neighbours plus ``interest_neighbours`` chosen each round as
   the known nodes whose beacons are nearest its own (T-Man style, so nodes of like
-  interest end up within each other's radius), replicates control diffs only ``interest_radius`` hops
+  interest end up within each other's radius; a gossip answer also offers the asker the nodes
+  beyond its radius nearest its interest, T-Man's ranked exchange, so a rare interest finds its
+  kind in a few rounds), replicates control diffs only ``interest_radius`` hops
   (:mod:`mesh.control`), pushes data straight to the beacon owners it knows (contacts
   from ``peer`` diffs within the radius); recipients relay to the interests they know,
   and only a walk toward unseen interest spends the hop budget (:class:`PartialView`);
@@ -85,6 +87,7 @@ Verifier = Callable[[bytes, bytes, bytes], bool]  # (public_key, signature, mess
 _GOSSIP, _LIVENESS, _REPAIR, _OUTBOX, _ACK = "gossip", "liveness", "repair", "outbox", "ack"
 _ACKS_HELD = 64  # delayed acks for one peer beyond this go at once
 _OUT_OF_RADIUS = "out_of_radius"  # a control diff from farther than the interest radius (partial view)
+_OFFER_DECLINED = "offer_declined"  # an offered node no nearer our interest than our chosen neighbours
 _REPAIR_RESENDS = 2  # an unanswered repair request is sent again this often; then the periodic round covers
 _RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
 
@@ -152,6 +155,9 @@ class MeshEngine:
         self.control.distance[self.node_id] = 0
         self.contacts: dict[str, str] = {}  # partial view: node id -> address, from peer diffs within the radius
         self.own_beacons = BeaconIndex()
+        # partial view: how close (cosine) a node must be to our beacons to displace one of our
+        # chosen neighbours; a node offered from beyond our radius is kept only if that close
+        self._interest_bar = -2.0
         # partial view: who holds us as a neighbour (the other end of our links), in-degree bounded
         self.inbound = InboundLinks(
             config.inbound_link_timeout_ms, config.max_inbound_links,
@@ -729,13 +735,16 @@ class MeshEngine:
             self.control.closer(peer.node_id, 1)
         if self.partial and env.reply_wanted:
             self.inbound.heard(peer.node_id, self._now)  # it holds us as a neighbour (or answers us)
-        for diff in env.diffs:
+        for diff in self._take_offers(env.diffs) if self.partial else env.diffs:
             self._accept_control(diff, env)
         if env.digest is None or not env.reply_wanted:
             return
         limits = self.config.limits
         share = self.config.interest_radius - 1 if self.partial else None
         delta = self.control.delta_for(env.digest, limits.max_diffs, self._max_bytes, share)
+        if self.partial and self.config.interest_offers and self.config.interest_neighbours:
+            delta += self._offers_for(peer.node_id, env.digest, {d.origin for d in delta},
+                                      limits.max_diffs - len(delta), self._max_bytes - sum(d.size for d in delta))
         need = self.control.needs_from(env.digest, known_only=self.partial)
         if self.partial and not need and self.control.version(peer.node_id) < env.digest.get(peer.node_id, 0):
             need = True  # its own diffs, even new to us: it is one hop away (it may have chosen us)
@@ -745,6 +754,70 @@ class MeshEngine:
                 peer.address, MsgType.GOSSIP, tuple(delta),
                 digest=self.control.digest() if need else None, reply_wanted=need, in_reply=True,
             )  # fmt: skip
+
+    def _offers_for(
+        self, peer_id: str, digest: dict[str, int], sending: set[str], max_diffs: int, max_bytes: int
+    ) -> list[Diff]:
+        """Partial view, T-Man's ranked exchange: the diffs (peer record and beacons) of up to
+        ``interest_offers`` nodes we know, whatever their distance, whose beacons are nearest
+        ``peer_id``'s, which its ``digest`` lacks and our answer is not ``sending`` it already.
+        Ranked down our view by its interest, we stop at the ``interest_neighbours``-th node it
+        knows (or is being sent): past that, as far as we can tell, none would be nearer than
+        those it has, and it would decline them. So a converged overlay offers nothing. Marked
+        one hop beyond the radius (``hops``), which a node without offers drops as out of radius."""
+        probes = self.beacons.vectors_of(peer_id)
+        if not probes:
+            return []
+        want, offers = self.config.interest_neighbours, self.config.interest_offers
+        out: list[Diff] = []
+        size, offered, known = 0, 0, 0
+        hops = self.config.interest_radius + 1
+        for node_id in self.beacons.nearest_owners(probes, want + offers + 1):
+            if node_id == peer_id:
+                continue
+            if node_id in digest or node_id in sending:
+                known += 1
+                if known >= max(1, want):
+                    break
+                continue
+            if not self._reachable(node_id):
+                continue
+            diffs = sorted(self.control.entries(node_id), key=lambda d: d.seq)  # a prefix of the origin's
+            cost = sum(d.size for d in diffs)
+            if len(out) + len(diffs) > max_diffs or size + cost > max_bytes:
+                break
+            out += (d.routed(hops=hops, ttl=0) for d in diffs)
+            size += cost
+            offered += 1
+            if offered == offers:
+                break
+        return out
+
+    def _take_offers(self, diffs: tuple[Diff, ...]) -> list[Diff] | tuple[Diff, ...]:
+        """Partial view: of the nodes offered from beyond our radius (``_offers_for``), keep those
+        whose beacons are nearer our own than our chosen neighbours' (so ``_choose_neighbours``
+        takes them next round), recorded at the edge of the radius: known, but not shared onward."""
+        beyond = self.config.interest_radius + 1
+        if not any(d.hops == beyond for d in diffs):
+            return diffs
+        probes = self.own_beacons.vectors()
+        nearer: set[str] = set()
+        for d in diffs:
+            p = d.payload
+            if d.hops == beyond and isinstance(p, BeaconPayload):
+                probe = probes.get((p.tenant_id, p.embedding_space))
+                if probe is not None and probe.shape[1] == p.embedding.shape[0]:
+                    if float((probe @ p.embedding).max()) > self._interest_bar:
+                        nearer.add(d.origin)
+        out: list[Diff] = []
+        for d in diffs:
+            if d.hops != beyond:
+                out.append(d)
+            elif d.origin in nearer:
+                out.append(d.routed(hops=beyond - 1, ttl=0))
+            else:
+                self._drop(_OFFER_DECLINED)
+        return out
 
     def _accept_control(self, diff: Diff, env: Envelope) -> None:
         if diff.kind not in CONTROL_KINDS:
@@ -821,6 +894,12 @@ class MeshEngine:
                 chosen.append(peer)
                 if len(chosen) == want:
                     break
+        margin = self.config.choice_margin
+        if margin and len(chosen) == want:
+            chosen = self._keep_chosen(chosen, probes, margin)
+        self._interest_bar = -2.0
+        if len(chosen) == want:
+            self._interest_bar = min(self.beacons.closeness(p.node_id, probes) for p in chosen) + margin
         keep = {p.node_id for p in chosen}
         for peer in self.peers.neighbours():
             if peer.chosen and peer.node_id not in keep:
@@ -829,6 +908,29 @@ class MeshEngine:
             if not peer.neighbour:  # one already a random neighbour stays one, and counts
                 peer.neighbour = peer.chosen = True
                 self.control.closer(peer.node_id, 1)  # a neighbour: what it signs we share onward
+
+    def _keep_chosen(self, nearest: list[Peer], probes: dict, margin: float) -> list[Peer]:
+        """Our chosen neighbours, each displaced (in ``nearest``'s order) only by a node nearer
+        than the farthest of them by ``margin``: a popular interest has many nodes of nearly
+        equal closeness, and each change of neighbour costs an exchange of two whole neighbourhoods."""
+        closeness = self.beacons.closeness
+        held = {p.node_id: closeness(p.node_id, probes) for p in self.peers.neighbours() if p.chosen
+                and p.state is not PeerState.DEAD}  # fmt: skip
+        for peer in nearest:
+            if peer.node_id in held:
+                continue
+            near = closeness(peer.node_id, probes)
+            if len(held) < len(nearest):
+                held[peer.node_id] = near
+                continue
+            worst = min(held, key=lambda n: (held[n], n))
+            if near <= held[worst] + margin:
+                break  # nor will the rest, nearest first
+            del held[worst]
+            held[peer.node_id] = near
+        peers = {p.node_id: p for p in nearest}
+        ranked = sorted(held, key=lambda n: (-held[n], n))
+        return [peers.get(n) or self.peers.get(n) for n in ranked]  # type: ignore[misc]
 
     def _gossip_probe(self, live: list[Peer]) -> Peer | None:
         """Partial view: the live neighbour silent the longest, if one is due a probe. The round

@@ -185,6 +185,13 @@ class BeaconIndex:
         """The live beacon vectors per (tenant, space), one row each."""
         return {key: g.matrix[: g.n][g.alive[: g.n]] for key, g in self._groups.items() if g.n > g.dead}
 
+    def vectors_of(self, owner: str) -> dict[tuple[str, str], np.ndarray]:
+        """``owner``'s beacon vectors per (tenant, space), one row each (as ``vectors``)."""
+        rows: dict[tuple[str, str], list[np.ndarray]] = {}
+        for e in self._by_owner.get(owner, {}).values():
+            rows.setdefault((e.beacon.tenant_id, e.beacon.embedding_space), []).append(e.beacon.embedding)
+        return {key: np.stack(vectors).astype(np.float32, copy=False) for key, vectors in rows.items()}
+
     def nearest_owners(self, probes: dict[tuple[str, str], np.ndarray], count: int) -> list[str]:
         """Up to ``count`` owners, ranked by their beacon most similar to any ``probes`` vector of
         the same (tenant, space), best first; ties by owner id, so the order is reproducible.

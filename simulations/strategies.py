@@ -32,7 +32,10 @@ from .metrics import Recorder
 from .network import LinkModel, SimNetwork, address, index_of
 from .workload import SimCell, Workload
 
-__all__ = ["Context", "Outcome", "Strategy", "Hyphae", "Flood", "RandomPush", "Oracle", "STRATEGIES"]
+__all__ = [
+    "Context", "Outcome", "Strategy", "Hyphae", "Flood", "RandomPush", "Oracle", "STRATEGIES", "sim_network",
+    "boot_nodes",
+]
 
 
 @dataclasses.dataclass
@@ -88,10 +91,8 @@ class Hyphae:
             return self._run(ctx)
 
     def _run(self, ctx: Context) -> Outcome:
-        w, n = ctx.workload, ctx.workload.spec.nodes
-        team = Team("simulation", hashlib.blake2b(f"team:{ctx.seed}".encode(), digest_size=32).digest())
-        config = {"view": ctx.view, **ctx.mesh_config}
-        net = SimNetwork(ctx.model, seed=ctx.seed, team=team, energy=ctx.energy, crypto=ctx.crypto, **config)
+        w = ctx.workload
+        net = sim_network(ctx)
         rec = Recorder(len(w.cells))
         opener = net.opener()
         limits = net.build(address(0)).config.limits
@@ -141,21 +142,8 @@ class Hyphae:
 
         net.on_effect = on_effect
         net.on_frame = on_frame
-        seed_rng = random.Random(f"{ctx.seed}:seeds")
-        partial = ctx.view == "partial"
-        for i in range(n):
-            addr = address(i)
-            net.add(net.build(addr))
-            net.own_beacons[addr] = w.beacons_of(i)
-            if partial:  # a few random members each (discovery's job): a random overlay
-                picks = seed_rng.sample(range(n - 1), min(n - 1, ctx.partial_seeds))
-                seeds = sorted({j if j < i else j + 1 for j in picks})
-            else:  # a few earlier members each: the full view learns the rest by gossip
-                seeds = sorted(set(seed_rng.sample(range(i), min(i, ctx.seeds_per_node))))
-            net.seeds[addr] = [address(j) for j in seeds]
-        for i in range(n):
-            net.boot(address(i))
-        warm_up = _warm_up_partial if partial else _warm_up
+        boot_nodes(ctx, net)
+        warm_up = _warm_up_partial if ctx.view == "partial" else _warm_up
         warmup_ms, converged = warm_up(net, w, ctx.warmup_max_ms)
         origin_ms = net.now
         ctx.model.bind(origin_ms)
@@ -179,6 +167,31 @@ class Hyphae:
             "network": dict(sorted(net.stats.items())),
         }  # fmt: skip
         return Outcome(rec, origin_ms, end_ms, extras)
+
+
+def sim_network(ctx: Context) -> SimNetwork:
+    """The simulated network the engines run on, no node added yet."""
+    team = Team("simulation", hashlib.blake2b(f"team:{ctx.seed}".encode(), digest_size=32).digest())
+    config = {"view": ctx.view, **ctx.mesh_config}
+    return SimNetwork(ctx.model, seed=ctx.seed, team=team, energy=ctx.energy, crypto=ctx.crypto, **config)
+
+
+def boot_nodes(ctx: Context, net: SimNetwork) -> None:
+    """One engine per node, its beacons and its seed peers, then ``Started`` on each."""
+    w, n = ctx.workload, ctx.workload.spec.nodes
+    seed_rng = random.Random(f"{ctx.seed}:seeds")
+    for i in range(n):
+        addr = address(i)
+        net.add(net.build(addr))
+        net.own_beacons[addr] = w.beacons_of(i)
+        if ctx.view == "partial":  # a few random members each (discovery's job): a random overlay
+            picks = seed_rng.sample(range(n - 1), min(n - 1, ctx.partial_seeds))
+            seeds = sorted({j if j < i else j + 1 for j in picks})
+        else:  # a few earlier members each: the full view learns the rest by gossip
+            seeds = sorted(set(seed_rng.sample(range(i), min(i, ctx.seeds_per_node))))
+        net.seeds[addr] = [address(j) for j in seeds]
+    for i in range(n):
+        net.boot(address(i))
 
 
 def _warm_up(net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 500) -> tuple[int, bool]:

@@ -72,7 +72,7 @@ def connected(graph: dict[str, set[str]]) -> bool:
 
 
 def test_after_some_rounds_each_node_has_chosen_its_interest_nearest_nodes():
-    net, vectors = community_mesh(interest_neighbours=4)
+    net, vectors = community_mesh(interest_neighbours=4, choice_margin=0)  # the exact nearest
     net.run_for(60_000)
     # each node's four nearest in interest, mesh-wide, are among its neighbours, though it was
     # introduced to two random nodes and knows only what lies within two hops; those not

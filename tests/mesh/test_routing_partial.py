@@ -19,8 +19,10 @@ LINE = ("a", "b", "c", "d", "e")
 
 
 def line(radius: int, *names: str, **config) -> VirtualNetwork:
-    """``a - b - c - d - e``: each node is told only about the one before it."""
+    """``a - b - c - d - e``: each node is told only about the one before it. No offers from
+    beyond the radius (``interest_offers=0``): they would redraw the line these tests read."""
     names = names or LINE
+    config.setdefault("interest_offers", 0)
     net = VirtualNetwork(seed=1)
     team = Team.create()
     for name in names:
