@@ -70,7 +70,7 @@ from .membership import Keyring, Liveness, Peer, PeerState, PeerTable
 from .memory import DiffLog
 from .outbox import Batch, Outbox
 from .repair import Owed, RepairClient, answer_repair
-from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy
+from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy, beacon_closeness
 from .team import FRAME_OVERHEAD, FrameSealer
 from .told import MAX_TOLD, tell, told_name, told_names
 from .wire import (
@@ -721,10 +721,9 @@ class MeshEngine:
                 # A push to known interest may meet other holders' copies (see _withdraw_copies);
                 # a walk hop goes where none is known to be going: no hold.
                 hold_until = self._now + self.config.relay_hold_ms if self.partial else 0
-                walked = getattr(self.router, "walked", frozenset())
                 for peer_id in onward_to:
                     onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id), told=told)
-                    self._enqueue(peer_id, onward, e0, 0 if peer_id in walked else hold_until)
+                    self._enqueue(peer_id, onward, e0, 0 if peer_id in self.router.walked else hold_until)
 
     # -- receiving: the control plane --------------------------------------------------
 
@@ -800,15 +799,11 @@ class MeshEngine:
         beyond = self.config.interest_radius + 1
         if not any(d.hops == beyond for d in diffs):
             return diffs
-        probes = self.own_beacons.vectors()
-        nearer: set[str] = set()
-        for d in diffs:
-            p = d.payload
-            if d.hops == beyond and isinstance(p, BeaconPayload):
-                probe = probes.get((p.tenant_id, p.embedding_space))
-                if probe is not None and probe.shape[1] == p.embedding.shape[0]:
-                    if float((probe @ p.embedding).max()) > self._interest_bar:
-                        nearer.add(d.origin)
+        probes, bar = self.own_beacons.vectors(), self._interest_bar
+        nearer = {
+            d.origin for d in diffs
+            if d.hops == beyond and isinstance(d.payload, BeaconPayload) and beacon_closeness(d.payload, probes) > bar
+        }  # fmt: skip
         out: list[Diff] = []
         for d in diffs:
             if d.hops != beyond:

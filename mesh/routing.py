@@ -41,7 +41,7 @@ from .config import EnergyParams
 from .told import told_name, told_names
 from .wire import BeaconPayload, CellPayload, Diff
 
-__all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView", "PartialView"]
+__all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView", "PartialView", "beacon_closeness"]
 
 _NEVER = np.iinfo(np.int64).max
 _ANY = -1
@@ -216,12 +216,7 @@ class BeaconIndex:
     def closeness(self, owner: str, probes: dict[tuple[str, str], np.ndarray]) -> float:
         """How close ``owner``'s nearest beacon is to any ``probes`` vector of its (tenant, space)
         (cosine; -2 if we know none)."""
-        best = -2.0
-        for e in self._by_owner.get(owner, {}).values():
-            probe = probes.get((e.beacon.tenant_id, e.beacon.embedding_space))
-            if probe is not None and probe.shape[1] == e.beacon.embedding.shape[0]:
-                best = max(best, float((probe @ e.beacon.embedding).max()))
-        return best
+        return max((beacon_closeness(e.beacon, probes) for e in self._by_owner.get(owner, {}).values()), default=-2.0)
 
     def likeness(self, owner: str, cell: CellPayload) -> float:
         """How close ``owner``'s nearest beacon is to ``cell`` (cosine; -2 if we know none)."""
@@ -279,8 +274,19 @@ def accepts(entry: IndexedBeacon, cell: CellPayload, e0: float, now: int, energy
     return float(b.embedding @ cell.embedding) >= energy.match_threshold(b.threshold, e0)
 
 
+def beacon_closeness(beacon: BeaconPayload, probes: dict[tuple[str, str], np.ndarray]) -> float:
+    """How close ``beacon`` is to the nearest ``probes`` vector of its (tenant, space) (cosine;
+    -2 if there is none of its space and size)."""
+    probe = probes.get((beacon.tenant_id, beacon.embedding_space))
+    if probe is None or probe.shape[1] != beacon.embedding.shape[0]:
+        return -2.0
+    return float((probe @ beacon.embedding).max())
+
+
 class RoutingPolicy(Protocol):
     """Where data diffs go. Return node ids; the engine queues and sends."""
+
+    walked: frozenset[str]  # the walk hops among the last relay targets returned
 
     def origin_targets(self, diff: Diff, cell: CellPayload, now: int) -> set[str]: ...
 
@@ -293,6 +299,8 @@ class RoutingPolicy(Protocol):
 
 class FullView:
     """Every member knows every beacon: push straight to the owners, never relay."""
+
+    walked: frozenset[str] = frozenset()  # it never walks
 
     def __init__(self, self_id: str, index: BeaconIndex, energy: EnergyParams) -> None:
         self.self_id = self_id
