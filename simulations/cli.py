@@ -51,7 +51,9 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("--store-interval-ms", type=int, default=50)
     p.add_argument("--drain-ms", type=int, help="virtual time after the last store (default 10 s, 75 s if hostile)")
     p.add_argument("--warmup-max-ms", type=int, default=120_000,
-                   help="virtual time the control plane may take to settle before the first store")
+                   help="virtual time the control plane may take to settle before the first store (it ends "
+                        "sooner once settled: a full view when every node knows every member and beacon, "
+                        "a partial view when at most 1 %% of nodes change neighbours for 2 s running)")
     p.add_argument("--degree", type=int, default=8, help="flood overlay mean degree")
     p.add_argument("--fanout", type=int, default=4, help="random_push fanout")
     p.add_argument("--ttl", type=int, default=6, help="random_push hops")

@@ -133,6 +133,15 @@ def test_partial_view_runs_and_relays(tmp_path):
     assert summary["strategies"]["hyphae"]["delivery_ratio"] > 0
 
 
+def test_partial_warm_up_ends_when_the_overlay_settles():
+    # Known sets keep growing after the interest overlay forms; the warm-up must not wait them
+    # out (it ran 53 of the default 120 virtual s here, 120 at N=1,000, before it watched links).
+    cfg = RunConfig(nodes=100, stores=20, seed=1, view="partial", strategies=("hyphae",), dim=64, beacons_per_node=1)
+    hyphae = run(cfg).summary["strategies"]["hyphae"]
+    assert hyphae["warmup_converged"] and hyphae["warmup_ms"] <= 30_000
+    assert hyphae["delivery_ratio"] == 1.0
+
+
 def test_bad_specs_are_clear_errors(tmp_path, capsys):
     assert main(["run", "--nodes", "4", "--partition", "at=5,hael=9", "--out", str(tmp_path)]) == 2
     assert "hael" in capsys.readouterr().err
