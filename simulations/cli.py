@@ -49,7 +49,8 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("--beacons-per-node", type=int, default=2)
     p.add_argument("--zipf", type=float, default=1.0, help="topic popularity skew")
     p.add_argument("--store-interval-ms", type=int, default=50)
-    p.add_argument("--drain-ms", type=int, help="virtual time after the last store (default 10 s, 75 s if hostile)")
+    p.add_argument("--drain-ms", type=int, help="virtual time after the last store (default: until no data frame for 2 s, "
+                        "at most 10 s; 75 s with loss, partitions or churn)")
     p.add_argument("--warmup-max-ms", type=int, default=120_000,
                    help="virtual time the control plane may take to settle before the first store (it ends "
                         "sooner once settled: a full view when every node knows every member and beacon, "

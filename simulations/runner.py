@@ -70,11 +70,19 @@ class RunConfig:
             ChurnSpec.parse(self.churn)
         EnergyModel.from_config(dict(self.energy))
 
+    @property
+    def hostile(self) -> bool:
+        return bool(self.loss > 0 or self.partition or self.churn)
+
     def effective_drain_ms(self) -> int:
         if self.drain_ms is not None:
             return self.drain_ms
-        hostile = self.loss > 0 or self.partition or self.churn
-        return 75_000 if hostile else 10_000
+        return 75_000 if self.hostile else 10_000
+
+    def quiet_ms(self) -> int:
+        """The default drain of a run without loss, partitions or churn ends once no data frame
+        has been sent for 2 s (retries wait 1 s for an ack); a given ``drain_ms`` runs in full."""
+        return 0 if self.drain_ms is not None or self.hostile else 2_000
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -116,7 +124,7 @@ def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
             partition=partition, outages=outages, seed=cfg.seed,
         )  # fmt: skip
         ctx = Context(
-            workload, model, cfg.seed, energy, drain_ms=cfg.effective_drain_ms(), view=cfg.view,
+            workload, model, cfg.seed, energy, drain_ms=cfg.effective_drain_ms(), quiet_ms=cfg.quiet_ms(), view=cfg.view,
             mesh_config=dict(cfg.mesh), warmup_max_ms=cfg.warmup_max_ms, degree=cfg.degree, fanout=cfg.fanout,
             ttl=cfg.ttl, skipped=skipped, crypto=cfg.crypto,
         )  # fmt: skip

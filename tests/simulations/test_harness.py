@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -140,6 +141,21 @@ def test_partial_warm_up_ends_when_the_overlay_settles():
     hyphae = run(cfg).summary["strategies"]["hyphae"]
     assert hyphae["warmup_converged"] and hyphae["warmup_ms"] <= 30_000
     assert hyphae["delivery_ratio"] == 1.0
+
+
+def test_drain_ends_when_the_data_plane_is_quiet():
+    # Without loss, partitions or churn the default drain stops once no data frame has gone for
+    # 2 s; every delivery of the full 10 s drain is already in.
+    cfg = RunConfig(nodes=60, stores=30, seed=2, view="partial", strategies=("hyphae",), dim=16, topics=3,
+                    beacons_per_node=1, warmup_max_ms=10_000)  # fmt: skip
+    quiet = run(cfg).summary["strategies"]["hyphae"]
+    full = run(dataclasses.replace(cfg, drain_ms=10_000)).summary["strategies"]["hyphae"]
+    assert 2_000 <= quiet["drain_ms"] < 10_000 and full["drain_ms"] == 10_000
+    for key in ("delivery_ratio", "precision", "messages_per_store", "latency_ms_p99", "hops_max"):
+        assert quiet[key] == full[key]
+    assert quiet["delivery_ratio"] > 0.9
+    lossy = run(dataclasses.replace(cfg, loss=0.05)).summary["strategies"]["hyphae"]
+    assert lossy["drain_ms"] == 75_000  # repair needs its rounds: a hostile run drains in full
 
 
 def test_bad_specs_are_clear_errors(tmp_path, capsys):
