@@ -7,11 +7,14 @@ byte-identical ``summary.json`` and ``cells.csv``. Wall-clock times go to
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
+import gc
 import json
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +132,8 @@ def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
             ttl=cfg.ttl, skipped=skipped, crypto=cfg.crypto,
         )  # fmt: skip
         t0 = time.perf_counter()
-        outcome = STRATEGIES[name]().run(ctx)
+        with _fewer_collections():
+            outcome = STRATEGIES[name]().run(ctx)
         summary, cell_rows = summarise(
             name, outcome.recorder, workload, outcome.origin_ms, outcome.end_ms,
             heal_ms=partition.heal if partition else None, skipped=skipped, gone=gone,
@@ -145,6 +149,20 @@ def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
     config["skipped_stores"] = len(skipped)
     config["departed_nodes"] = len(gone)
     return RunResult({"strategies": strategies, "config": config}, rows, wall)
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """A run makes millions of objects that live until it ends (engines' state, frames in
+    flight, per-cell records), and the collector's default thresholds rescan them again and
+    again: 11 % of the CPU time at N=1,000. Collecting the young generation every 50,000
+    allocations instead of 700 leaves fewer of them for the full collections."""
+    before = gc.get_threshold()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def write(result: RunResult, out: Path) -> None:

@@ -232,3 +232,26 @@ def test_energy_overrides_reach_the_engine_and_the_ground_truth():
     assert wider["interested_mean"] > default["strategies"]["hyphae"]["interested_mean"]
     with pytest.raises(ValueError, match="bogus"):
         RunConfig(energy=(("bogus", 1),))
+
+
+def test_a_run_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
+    # A run collects less often (its objects live until it ends); a caller's process, or a
+    # run that fails half way, gets its own thresholds back.
+    import gc
+
+    from simulations import strategies
+
+    before = gc.get_threshold()
+    seen = []
+
+    class Failing:
+        def run(self, ctx):
+            seen.append(gc.get_threshold())
+            raise RuntimeError("half way")
+
+    run(RunConfig(nodes=4, stores=2, strategies=("oracle",), **TINY))
+    assert gc.get_threshold() == before
+    monkeypatch.setitem(strategies.STRATEGIES, "failing", Failing)
+    with pytest.raises(RuntimeError, match="half way"):
+        run(RunConfig(nodes=4, stores=2, strategies=("failing",), **TINY))
+    assert seen and seen[0] != before and gc.get_threshold() == before
