@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from collections.abc import Sequence
@@ -10,8 +11,32 @@ from pathlib import Path
 
 from .network import CRYPTO_SUITES
 from .runner import ALL_STRATEGIES, RunConfig, run, write
+from .strategies import Step
 
 __all__ = ["main", "build_parser", "config_from"]
+
+
+PROGRESS_EVERY_S = 5.0  # wall seconds between two progress lines of a long run
+
+
+class _ProgressLines:
+    """A line on stderr at most every ``PROGRESS_EVERY_S`` while a strategy runs (a run of
+    10,000 nodes takes half an hour): its phase, virtual time, frames, peak RSS. Short runs
+    print none."""
+
+    def __init__(self) -> None:
+        self._started = self._last = time.monotonic()
+
+    def __call__(self, step: Step) -> None:
+        now = time.monotonic()
+        if now - self._last < PROGRESS_EVERY_S:
+            return
+        self._last = now
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        minutes, seconds = divmod(int(now - self._started), 60)
+        print(f"  {step.strategy}: {step.phase} {step.at_ms / 1000:.1f}/{step.of_ms / 1000:.1f} virtual s, "
+              f"{step.frames:,} frames, peak RSS {rss_mb:,} MB, {minutes}:{seconds:02d} elapsed",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _floats(text: str) -> list[float]:
@@ -100,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             cfg = config_from(args)
             started = time.perf_counter()
-            result = run(cfg, progress=lambda name, s: print(f"  {name}: {s:.1f} s", file=sys.stderr))
+            result = run(cfg, progress=lambda name, s: print(f"  {name}: {s:.1f} s", file=sys.stderr),
+                         on_step=_ProgressLines())  # fmt: skip
             write(result, args.out)
             if not args.no_plots:
                 from .plots import plot_run

@@ -14,7 +14,7 @@ import gc
 import json
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from node.energy import EnergyModel
 
 from .metrics import CELL_COLUMNS, summarise
 from .network import CRYPTO_SUITES, ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule, departures
-from .strategies import STRATEGIES, Context
+from .strategies import STRATEGIES, Context, Step
 from .workload import Workload, WorkloadSpec
 
 __all__ = ["RunConfig", "RunResult", "run", "write", "ALL_STRATEGIES"]
@@ -103,8 +103,9 @@ class RunResult:
     wall_s: dict[str, float]
 
 
-def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
-    """Run every requested strategy on the same workload and outages."""
+def run(cfg: RunConfig, *, progress: Any = None, on_step: Callable[[Step], None] | None = None) -> RunResult:
+    """Run every requested strategy on the same workload and outages. ``progress(name, wall_s)``
+    hears when each strategy is done; ``on_step`` where a long one is (:class:`Step`)."""
     energy = EnergyModel.from_config(dict(cfg.energy))
     spec = WorkloadSpec(
         nodes=cfg.nodes, stores=cfg.stores, dim=cfg.dim, topics=cfg.topics, beacons_per_node=cfg.beacons_per_node,
@@ -129,7 +130,7 @@ def run(cfg: RunConfig, *, progress: Any = None) -> RunResult:
         ctx = Context(
             workload, model, cfg.seed, energy, drain_ms=cfg.effective_drain_ms(), quiet_ms=cfg.quiet_ms(), view=cfg.view,
             mesh_config=dict(cfg.mesh), warmup_max_ms=cfg.warmup_max_ms, degree=cfg.degree, fanout=cfg.fanout,
-            ttl=cfg.ttl, skipped=skipped, crypto=cfg.crypto,
+            ttl=cfg.ttl, skipped=skipped, crypto=cfg.crypto, on_step=on_step,
         )  # fmt: skip
         t0 = time.perf_counter()
         with _fewer_collections():

@@ -33,7 +33,7 @@ from .network import LinkModel, SimNetwork, address, index_of
 from .workload import SimCell, Workload
 
 __all__ = [
-    "Context", "Outcome", "Strategy", "Hyphae", "Flood", "RandomPush", "Oracle", "STRATEGIES", "sim_network",
+    "Context", "Outcome", "Step", "Strategy", "Hyphae", "Flood", "RandomPush", "Oracle", "STRATEGIES", "sim_network",
     "boot_nodes",
 ]
 
@@ -59,6 +59,23 @@ class Context:
     ttl: int = 6  # random push
     skipped: frozenset[int] = frozenset()  # cells whose origin is down at store time
     crypto: str = "sim"  # the engines' signature and frame suite (network.CRYPTO_SUITES)
+    on_step: Callable[["Step"], None] | None = None  # told where a long run is (see Step)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """Where a long run is, once per virtual second: a progress line, not a result (a run
+    that reports steps runs the same events in the same order as one that does not)."""
+
+    strategy: str
+    phase: str  # "warm-up", "stores" or "drain"
+    at_ms: int  # virtual time into the phase
+    of_ms: int  # the phase's length (warm-up and drain: at most; they may end sooner)
+    frames: int  # frames sent so far, data and control
+
+
+# Called with (phase, at_ms, of_ms) after each virtual second of a phase.
+Report = Callable[[str, int, int], None]
 
 
 @dataclasses.dataclass
@@ -143,11 +160,15 @@ class Hyphae:
                 if not found[2]:
                     del in_flight[id(event.frame)]
 
+        def report(phase: str, at_ms: int, of_ms: int) -> None:
+            ctx.on_step(Step(self.name, phase, at_ms, of_ms, net.stats["frames_sent"]))  # type: ignore[misc]
+
         net.on_effect = on_effect
         net.on_frame = on_frame
         boot_nodes(ctx, net)
         warm_up = _warm_up_partial if ctx.view == "partial" else _warm_up
-        warmup_ms, converged = warm_up(net, w, ctx.warmup_max_ms)
+        steps = report if ctx.on_step is not None else None
+        warmup_ms, converged = warm_up(net, w, ctx.warmup_max_ms, report=steps)
         origin_ms = net.now
         ctx.model.bind(origin_ms)
         net.schedule_outages()
@@ -156,7 +177,7 @@ class Hyphae:
             if cell.index not in ctx.skipped:
                 at = origin_ms + cell.at_ms
                 net.schedule(at, address(cell.origin), CellStored(cell.payload(at, w.spec.dim)))
-        end_ms = _drain(net, origin_ms + w.store_phase_ms, ctx, lambda: phase["last_data_ms"])
+        end_ms = _drain(net, origin_ms + w.store_phase_ms, ctx, lambda: phase["last_data_ms"], steps)
         drops: dict[str, int] = {}
         for host in net.hosts.values():
             for reason, count in host.engine.counters.drops.items():
@@ -172,21 +193,49 @@ class Hyphae:
         return Outcome(rec, origin_ms, end_ms, extras)
 
 
-def _drain(net: SimNetwork, stores_end_ms: int, ctx: Context, last_data_ms: Callable[[], int]) -> int:
-    """Run past the last store for ``ctx.drain_ms``, or until no data frame has been sent for
-    ``ctx.quiet_ms`` (the data plane is done: what is left is the control plane's steady
-    gossip, which at N=10,000 costs ~25 CPU s per virtual second and delivers nothing).
-    Returns where the run ended."""
+def _drain(
+    net: SimNetwork, stores_end_ms: int, ctx: Context, last_data_ms: Callable[[], int], report: Report | None = None
+) -> int:
+    """Run the store phase, then past the last store for ``ctx.drain_ms``, or until no data
+    frame has been sent for ``ctx.quiet_ms`` (the data plane is done: what is left is the
+    control plane's steady gossip, which at N=10,000 costs ~25 CPU s per virtual second and
+    delivers nothing). Returns where the run ended."""
     end_ms = stores_end_ms + ctx.drain_ms
+    after_step = None if report is None else _phase_reporter(report, stores_end_ms, ctx)
+    _run_until(net, stores_end_ms, after_step)
     while ctx.quiet_ms:
         quiet_at = max(stores_end_ms, last_data_ms()) + ctx.quiet_ms
         if quiet_at >= end_ms:
             break
         if net.now >= quiet_at:
             return net.now
-        net.run_until(quiet_at)
-    net.run_until(end_ms)
+        _run_until(net, quiet_at, after_step)
+    _run_until(net, end_ms, after_step)
     return end_ms
+
+
+def _phase_reporter(report: Report, stores_end_ms: int, ctx: Context) -> Callable[[SimNetwork], None]:
+    stores_ms = ctx.workload.store_phase_ms
+
+    def after_step(net: SimNetwork) -> None:
+        if net.now <= stores_end_ms:
+            report("stores", net.now - (stores_end_ms - stores_ms), stores_ms)
+        else:
+            report("drain", net.now - stores_end_ms, ctx.drain_ms)
+
+    return after_step
+
+
+def _run_until(net: SimNetwork, until_ms: int, after_step: Callable[[SimNetwork], None] | None) -> None:
+    """``net.run_until``, one virtual second at a time when someone wants to hear after each
+    (the same events in the same order: a step only pauses the queue between two of them)."""
+    while True:
+        step_end = until_ms if after_step is None else min(until_ms, net.now + 1000)
+        net.run_until(step_end)
+        if after_step is not None:
+            after_step(net)
+        if step_end >= until_ms:
+            return
 
 
 def sim_network(ctx: Context) -> SimNetwork:
@@ -214,7 +263,9 @@ def boot_nodes(ctx: Context, net: SimNetwork) -> None:
         net.boot(address(i))
 
 
-def _warm_up(net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 500) -> tuple[int, bool]:
+def _warm_up(
+    net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 500, report: Report | None = None
+) -> tuple[int, bool]:
     """Run until every node knows every peer and every other node's beacons (or ``max_ms``)."""
     n = w.spec.nodes
     want = {address(i): len(w.beacons) - len(w.beacons_of(i)) for i in range(n)}
@@ -226,10 +277,13 @@ def _warm_up(net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 500) -> t
             return net.now - start, not pending
         hosts = pending
         net.run_for(step_ms)
+        if report is not None:
+            report("warm-up", net.now - start, max_ms)
 
 
 def _warm_up_partial(
-    net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 1000, settled_share: float = 0.01
+    net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 1000, settled_share: float = 0.01,
+    report: Report | None = None,
 ) -> tuple[int, bool]:
     """Run until the interest overlay has settled (or ``max_ms``): for two steps running, no
     node learned a new beacon or contact, or at most ``settled_share`` of the nodes changed
@@ -242,6 +296,8 @@ def _warm_up_partial(
     linked = [frozenset() for _ in hosts]
     while net.now - start < max_ms:
         net.run_for(step_ms)
+        if report is not None:
+            report("warm-up", net.now - start, max_ms)
         known = moved = 0
         for i, host in enumerate(hosts):
             engine = host.engine

@@ -255,3 +255,25 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
     with pytest.raises(RuntimeError, match="half way"):
         run(RunConfig(nodes=4, stores=2, strategies=("failing",), **TINY))
     assert seen and seen[0] != before and gc.get_threshold() == before
+
+
+def test_a_long_run_says_where_it_is_without_changing_it(tmp_path, monkeypatch, capsys):
+    cfg = RunConfig(nodes=40, stores=20, seed=3, view="partial", strategies=("hyphae",), dim=16, topics=3,
+                    beacons_per_node=1, warmup_max_ms=6_000)  # fmt: skip
+    steps = []
+    watched = run(cfg, on_step=steps.append)
+    assert watched.summary == run(cfg).summary  # stepping the queue changes no event
+    phases = [s.phase for s in steps]
+    assert phases[0] == "warm-up" and "stores" in phases and phases[-1] == "drain"
+    assert phases == sorted(phases, key=["warm-up", "stores", "drain"].index)
+    for phase in ("warm-up", "stores", "drain"):
+        at = [s.at_ms for s in steps if s.phase == phase]
+        assert at == sorted(at) and all(0 < a <= s.of_ms for a, s in zip(at, steps))
+    frames = [s.frames for s in steps]
+    assert frames == sorted(frames) and frames[-1] > 0
+    # The command line prints them (every 5 s of wall time; here every step).
+    monkeypatch.setattr("simulations.cli.PROGRESS_EVERY_S", 0.0)
+    assert main(["run", "--nodes", "12", "--stores", "4", "--dim", "16", "--view", "partial",
+                 "--warmup-max-ms", "3000", "--strategy", "hyphae", "--no-plots", "--out", str(tmp_path)]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "hyphae: warm-up 1.0/3.0 virtual s" in err and "hyphae: stores" in err and "peak RSS" in err
