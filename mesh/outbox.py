@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 import itertools
 from collections.abc import Callable
 
@@ -91,6 +92,10 @@ class Outbox:
         self.confirms_delivery = False  # set by the first delivered(): the runtime reports deliveries
         self._lanes: dict[str, _Lane] = {}
         self._batches: dict[int, Batch] = {}
+        # (deadline, batch id) per batch in flight, a min-heap: next_deadline runs after every
+        # event, and a busy node has hundreds in flight. An entry whose batch is gone, or whose
+        # deadline moved (delivered), is stale and skipped when it comes to the top.
+        self._deadlines: list[tuple[int, int]] = []
         self._order = itertools.count()
         self._batch_ids = itertools.count(1)
         self.ready: set[str] = set()  # peers with queued diffs
@@ -146,6 +151,7 @@ class Outbox:
         batch = Batch(next(self._batch_ids), peer_id, items, now + int(timeout), sent_at=now)
         lane.inflight[batch.batch_id] = batch
         self._batches[batch.batch_id] = batch
+        heapq.heappush(self._deadlines, (batch.deadline, batch.batch_id))
         lane.sent_at = now
         return batch
 
@@ -178,7 +184,9 @@ class Outbox:
         batch = self._batches.get(batch_id)
         if batch is None or batch.peer_id != peer_id:
             return False
-        batch.deadline = max(batch.deadline, now + self.delivered_timeout_ms)
+        if now + self.delivered_timeout_ms > batch.deadline:
+            batch.deadline = now + self.delivered_timeout_ms
+            heapq.heappush(self._deadlines, (batch.deadline, batch_id))
         return True
 
     def expire(self, now: int, gave_up_on: Callable[[str, Diff, float], None] | None = None) -> tuple[list[str], int]:
@@ -248,7 +256,14 @@ class Outbox:
 
     def next_deadline(self) -> int | None:
         """When the outbox next needs the engine: a pacing gap ends or an ack times out."""
-        times = [min(batch.deadline for batch in self._batches.values())] if self._batches else []
+        heap, batches = self._deadlines, self._batches
+        while heap:
+            deadline, batch_id = heap[0]
+            batch = batches.get(batch_id)
+            if batch is not None and batch.deadline == deadline:
+                break
+            heapq.heappop(heap)
+        times = [heap[0][0]] if heap else []
         for peer_id in self.ready:
             lane = self._lanes[peer_id]
             if lane.queue and len(lane.inflight) < self.max_inflight:

@@ -62,6 +62,7 @@ class _Group:
         self.dim = dim
         self.n = 0
         self.dead = 0
+        self.filtered = 0  # rows appended with an expiry, salience floor, types or project
         self._alloc(8)
 
     def _alloc(self, cap: int) -> None:
@@ -91,6 +92,8 @@ class _Group:
         self.project[i] = _ANY if b.project is None else codes.project(b.project)
         self.agent[i] = codes.agent(b.agent_id)
         self.alive[i] = True
+        if b.expires_at is not None or b.min_salience is not None or b.cell_types or b.project is not None:
+            self.filtered += 1
         self.entries.append(entry)
         self.n += 1
         return i
@@ -237,13 +240,16 @@ class BeaconIndex:
         ok = group.alive[:n] & (sims >= energy.match_threshold(group.threshold[:n], e0))
         if not ok.any():
             return []
-        ok &= group.expires[:n] > now
-        ok &= group.min_salience[:n] <= cell.salience
-        types = group.types[:n]
-        ok &= (types == 0) | ((types & codes.type_bit(cell.cell_type)) != 0)
-        projects = group.project[:n]
-        ok &= (projects == _ANY) | (projects == codes.project_if_known(cell.project))
-        ok &= group.agent[:n] != codes.agent_if_known(cell.source_agent)
+        if group.filtered:  # most beacons set no filter: then these columns hold no news
+            ok &= group.expires[:n] > now
+            ok &= group.min_salience[:n] <= cell.salience
+            types = group.types[:n]
+            ok &= (types == 0) | ((types & codes.type_bit(cell.cell_type)) != 0)
+            projects = group.project[:n]
+            ok &= (projects == _ANY) | (projects == codes.project_if_known(cell.project))
+        agent = codes.agent_if_known(cell.source_agent)
+        if agent != _NONE:
+            ok &= group.agent[:n] != agent
         out = []
         for row in np.flatnonzero(ok).tolist():
             entry = group.entries[row]

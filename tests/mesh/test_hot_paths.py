@@ -256,3 +256,41 @@ def test_the_nearest_owners_are_ranked_by_their_best_beacon_then_by_id(seed, cou
         best[owner] = max(best.get(owner, -2.0), float((probe @ vector).max()))
     expected = sorted(best, key=lambda o: (-best[o], o))[:count]
     assert index.nearest_owners({("t", "s"): probe}, max(count, 5))[:count] == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), filtered=st.floats(0, 1))
+def test_the_bulk_match_accepts_exactly_the_beacons_the_scalar_rule_does(seed, filtered):
+    # BeaconIndex.match skips the filter columns of a group where no beacon set a filter, and
+    # the agent column for an agent that owns no beacon: the answers of `accepts`, row by row.
+    from mesh.routing import BeaconIndex, accepts
+    from mesh.wire import CellPayload
+    from node.energy import EnergyModel
+
+    rng, energy = random.Random(seed), EnergyModel()
+    unit = lambda: (lambda v: (v / np.linalg.norm(v)).astype(np.float32))(np.array([rng.gauss(0, 1) for _ in range(6)]))
+    agents, projects, kinds = ["a0", "a1", "a2"], [None, "apollo", "gemini"], ["Fact", "Risk", "Decision"]
+    index, entries = BeaconIndex(), {}
+    for i in range(rng.randint(1, 30)):
+        filters = {} if rng.random() >= filtered else {
+            "cell_types": rng.choice([None, tuple(rng.sample(kinds, rng.randint(1, 2)))]),
+            "project": rng.choice(projects), "min_salience": rng.choice([None, rng.random()]),
+            "expires_at": rng.choice([None, rng.randint(0, 2000)]),
+            "scope_projects": rng.choice([(), ("apollo",)]),
+        }  # fmt: skip
+        beacon = BeaconPayload(f"b{i}", "t", rng.choice(agents), "q", rng.uniform(-0.2, 0.6), embedding=unit(),
+                               embedding_space="s", **filters)  # fmt: skip
+        index.add(beacon, f"o{i % 7}", 1)
+        entries[beacon.beacon_id] = beacon
+    for i in rng.sample(range(len(entries)), len(entries) // 4):
+        index.remove(f"b{i}")
+        del entries[f"b{i}"]
+    for _ in range(20):
+        cell = CellPayload("c1", "t", rng.choice(agents + ["stranger"]), "x", rng.choice(kinds), rng.random(), 0,
+                           project=rng.choice(projects), embedding=unit(), embedding_space="s")  # fmt: skip
+        e0, now = energy.initial(cell.salience, cell.cell_type), 1000
+        got = sorted(e.beacon.beacon_id for e in index.match(cell, e0, now, energy))
+        by_rule = index.of_owner  # every live entry, owner by owner
+        want = sorted(e.beacon.beacon_id for o in {f"o{i}" for i in range(7)} for e in by_rule(o)
+                      if accepts(e, cell, e0, now, energy))  # fmt: skip
+        assert got == want

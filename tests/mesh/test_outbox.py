@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from mesh.outbox import MAX_ACK_TIMEOUT_MS, Outbox
 from mesh.wire import TombstonePayload, sign_diff
 
@@ -151,3 +154,34 @@ def test_without_a_hold_a_copy_leaves_at_once():
     box.enqueue("peer", diff(1), 0.5)
     assert box.next_deadline() == 0
     assert box.take("peer", 1_000) is not None
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["send", "ack", "delivered", "expire", "drop"]),
+                              st.integers(0, 2), st.integers(0, 400)), max_size=80))  # fmt: skip
+def test_the_next_deadline_is_the_earliest_of_every_batch_in_flight(ops):
+    # The deadline heap gives what a scan of every batch in flight and every ready lane would.
+    box, now, seq, sent = outbox(pacing_ms=30, max_inflight=3), 0, 0, []
+    for op, peer, step in ops:
+        now += step
+        name = f"p{peer}"
+        if op == "send":
+            seq += 1
+            box.enqueue(name, diff(seq), 0.5)
+            batch = box.take(name, now)
+            if batch is not None:
+                sent.append(batch)
+        elif op == "ack" and sent:
+            batch = sent.pop(step % len(sent))
+            box.acked(batch.peer_id, batch.batch_id, now)
+        elif op == "delivered" and sent:
+            batch = sent[step % len(sent)]
+            box.delivered(batch.peer_id, batch.batch_id, now)
+        elif op == "expire":
+            box.expire(now)
+        elif op == "drop":
+            box.drop_peer(name)
+        in_flight = [b.deadline for b in box._batches.values()]
+        lanes = [box._send_at(box._lanes[p]) for p in box.ready
+                 if box._lanes[p].queue and len(box._lanes[p].inflight) < box.max_inflight]  # fmt: skip
+        assert box.next_deadline() == min(in_flight + lanes, default=None)
