@@ -22,8 +22,8 @@ import resource
 import sys
 import time
 
-from mesh.testing import VirtualNetwork
 from simulations.runner import RunConfig, run
+from simulations.strategies import Step
 
 
 def main() -> None:
@@ -40,21 +40,20 @@ def main() -> None:
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print the N top functions (cProfile)")
     p.add_argument("--progress", action="store_true", help="a line per virtual second on stderr (long runs)")
     args = p.parse_args()
-    if args.progress:
-        _report_progress()
     cfg = RunConfig(
         nodes=args.nodes, stores=args.stores, seed=args.seed, view=args.view, loss=args.loss, dim=64,
         beacons_per_node=1, strategies=tuple(args.strategy.split(",")), store_interval_ms=args.store_interval_ms,
         warmup_max_ms=args.warmup_max_ms, crypto=args.crypto,
     )  # fmt: skip
+    on_step = _print_step if args.progress else None
     load = os.getloadavg()[0]
     started, wall = time.process_time(), time.perf_counter()
     if args.profile:
         profile = cProfile.Profile(time.process_time)
-        result = profile.runcall(run, cfg)
+        result = profile.runcall(run, cfg, on_step=on_step)
         pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
     else:
-        result = run(cfg)
+        result = run(cfg, on_step=on_step)
     cpu, wall = time.process_time() - started, time.perf_counter() - wall
     keys = ("delivery_ratio", "precision", "messages_per_store", "control_messages_per_store",
             "warmup_control_messages")  # fmt: skip
@@ -65,28 +64,14 @@ def main() -> None:
     }))  # fmt: skip
 
 
-def _report_progress() -> None:
-    """Print virtual time, CPU s, frames sent and RSS every virtual second (the run is unchanged:
-    the network runs the same events in the same order, in steps of at most one second)."""
-    run_until = VirtualNetwork.run_until
-    start: list[int] = []
-
-    def stepped(net: VirtualNetwork, until_ms: int, stop=None) -> bool:  # type: ignore[no-untyped-def]
-        start[:] = start or [net.now]
-        while True:
-            step = min(until_ms, net.now + 1000)
-            if run_until(net, step, stop):
-                return True
-            with open("/proc/self/statm") as fh:
-                rss_mb = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
-            print(json.dumps({
-                "virtual_s": round((net.now - start[0]) / 1000, 1), "cpu_s": round(time.process_time(), 1),
-                "frames": net.stats["frames_sent"], "rss_mb": rss_mb, "load": os.getloadavg()[0],
-            }), file=sys.stderr, flush=True)  # fmt: skip
-            if step >= until_ms:
-                return stop() if stop is not None else False
-
-    VirtualNetwork.run_until = stepped  # type: ignore[method-assign]
+def _print_step(step: Step) -> None:
+    """A JSON line per virtual second on stderr: phase, virtual time, CPU s, frames sent, RSS."""
+    with open("/proc/self/statm") as fh:
+        rss_mb = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
+    print(json.dumps({
+        "phase": step.phase, "virtual_s": round(step.at_ms / 1000, 1), "cpu_s": round(time.process_time(), 1),
+        "frames": step.frames, "rss_mb": rss_mb, "load": os.getloadavg()[0],
+    }), file=sys.stderr, flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
