@@ -21,7 +21,7 @@ PROGRESS_EVERY_S = 5.0  # wall seconds between two progress lines of a long run
 
 class _ProgressLines:
     """A line on stderr at most every ``PROGRESS_EVERY_S`` while a strategy runs (a run of
-    10,000 nodes takes half an hour): its phase, virtual time, frames, peak RSS. Short runs
+    10,000 nodes takes a quarter of an hour): its phase, virtual time, frames, peak RSS. Short runs
     print none."""
 
     def __init__(self) -> None:
