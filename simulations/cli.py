@@ -50,8 +50,14 @@ def _ints(text: str) -> list[int]:
 def _mesh_overrides(items: list[str]) -> tuple[tuple[str, int | float], ...]:
     out = []
     for item in items:
-        key, _, value = item.partition("=")
-        out.append((key.strip(), float(value) if "." in value else int(value)))
+        key, sep, value = item.partition("=")
+        try:
+            number = float(value) if "." in value else int(value)
+        except ValueError:
+            number = None
+        if not sep or not key.strip() or number is None:
+            raise ValueError(f"expected KEY=NUMBER, got {item!r}")
+        out.append((key.strip(), number))
     return tuple(sorted(out))
 
 

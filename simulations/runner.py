@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from mesh.config import MeshConfig
 from node.energy import EnergyModel
 
 from .metrics import CELL_COLUMNS, summarise
@@ -28,6 +29,14 @@ from .workload import Workload, WorkloadSpec
 __all__ = ["RunConfig", "RunResult", "run", "write", "ALL_STRATEGIES"]
 
 ALL_STRATEGIES = ("hyphae", "flood", "random_push", "oracle")
+
+# The smallest value each count or duration of a run may take.
+_AT_LEAST = {
+    "nodes": 2, "stores": 0, "dim": 2, "topics": 1, "beacons_per_node": 0, "store_interval_ms": 0, "drain_ms": 0,
+    "degree": 1, "fanout": 1, "ttl": 0, "warmup_max_ms": 0,
+}  # fmt: skip
+# What --mesh may override: the engine's settings, less those the harness sets per node.
+_MESH_SETTINGS = {f.name for f in dataclasses.fields(MeshConfig)} - {"team", "address", "view"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +66,13 @@ class RunConfig:
     crypto: str = "sim"  # the engines' crypto: "sim" (keyed hashes, same sizes) or "real" (Ed25519, ChaCha20)
 
     def __post_init__(self) -> None:
+        for name, least in _AT_LEAST.items():
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ValueError(f"{name} must be at least {least}, not {value}")
+        unknown_mesh = sorted({key for key, _ in self.mesh} - _MESH_SETTINGS)
+        if unknown_mesh:
+            raise ValueError(f"unknown mesh setting(s): {', '.join(unknown_mesh)} (known: {', '.join(sorted(_MESH_SETTINGS))})")
         unknown = sorted(set(self.strategies) - set(STRATEGIES))
         if unknown:
             raise ValueError(f"unknown strategy: {', '.join(unknown)} (known: {', '.join(STRATEGIES)})")

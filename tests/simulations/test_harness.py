@@ -163,6 +163,23 @@ def test_bad_specs_are_clear_errors(tmp_path, capsys):
     assert "hael" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--nodes", "1"], "nodes must be at least 2, not 1"),
+    (["--stores", "-1"], "stores must be at least 0, not -1"),
+    (["--store-interval-ms", "-5"], "store_interval_ms must be at least 0, not -5"),
+    (["--drain-ms", "-1"], "drain_ms must be at least 0, not -1"),
+    (["--warmup-max-ms", "-1"], "warmup_max_ms must be at least 0, not -1"),
+    (["--mesh", "gossip_intervall_ms=500"], "unknown mesh setting(s): gossip_intervall_ms (known: ack_delay_ms"),
+    (["--mesh", "team=1"], "unknown mesh setting(s): team"),  # the harness sets it per node
+    (["--mesh", "gossip_interval_ms=fast"], "expected KEY=NUMBER, got 'gossip_interval_ms=fast'"),
+    (["--energy", "max_hops"], "expected KEY=NUMBER, got 'max_hops'"),
+])  # fmt: skip
+def test_bad_numbers_and_settings_are_named_in_the_error(tmp_path, capsys, args, says):
+    assert main(["run", "--nodes", "4", "--stores", "2", *args, "--out", str(tmp_path / "out")]) == 2
+    assert f"error: {says}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
 def test_ground_truth_uses_the_energy_rule():
     w = Workload(WorkloadSpec(nodes=30, stores=50, dim=32, topics=4), 1, EnergyModel())
     energy = EnergyModel()
