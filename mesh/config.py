@@ -115,3 +115,25 @@ class MeshConfig:
     # same cell from other relays (whose told lists name whom they were sent to) can withdraw
     # them first (0: they leave at once). Adds up to this much latency per relay hop.
     relay_hold_ms: int = 0
+
+    def __post_init__(self) -> None:
+        """Refuse settings the engine cannot run on, naming the first: no negative count or
+        duration, and none of zero where the engine divides its time by it or waits on it."""
+        if self.view not in ("full", "partial"):
+            raise ValueError(f"view must be 'full' or 'partial', not {self.view!r}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if type(value) in (int, float) and value < _AT_LEAST.get(f.name, 0):
+                raise ValueError(f"mesh setting {f.name} must be at least {_AT_LEAST.get(f.name, 0)}, not {value}")
+        if not self.gossip_jitter < 1:
+            raise ValueError(f"mesh setting gossip_jitter must be below 1, not {self.gossip_jitter}")
+
+
+# Settings that must be positive (the rest may be 0: off, or at once).
+_AT_LEAST = {
+    name: 1 for name in (
+        "gossip_interval_ms", "probe_interval_ms", "ping_timeout_ms", "suspect_timeout_ms", "dead_probe_interval_ms",
+        "ack_timeout_ms", "max_attempts", "max_inflight_batches", "send_queue_limit", "repair_interval_ms",
+        "repair_timeout_ms", "max_neighbours", "interest_radius", "relay_radius",
+    )
+}  # fmt: skip

@@ -384,3 +384,21 @@ def test_repair_names_a_backlog_of_any_size_as_held():
     assert mesh["alice"].engine.counters.data_diffs_resent == 0
     assert (carol.counters.repair_diffs_sent, bob.counters.repair_diffs_sent) == (0, 0)
     assert bob.counters.drops[Reason.DUPLICATE] == carol.counters.drops[Reason.DUPLICATE] == 0
+
+
+@pytest.mark.parametrize("setting, says", [
+    ({"gossip_interval_ms": 0}, "gossip_interval_ms must be at least 1, not 0"),
+    ({"interest_radius": 0}, "interest_radius must be at least 1, not 0"),
+    ({"relay_hold_ms": -25}, "relay_hold_ms must be at least 0, not -25"),
+    ({"choice_margin": -0.1}, "choice_margin must be at least 0, not -0.1"),
+    ({"gossip_jitter": 1.5}, "gossip_jitter must be below 1, not 1.5"),
+    ({"view": "partiel"}, "view must be 'full' or 'partial', not 'partiel'"),
+])  # fmt: skip
+def test_a_setting_the_engine_cannot_run_on_is_refused_by_name(setting, says):
+    from mesh.config import MeshConfig
+
+    with pytest.raises(ValueError, match=says.replace("(", r"\(")):
+        MeshConfig(team=Team("t", bytes(32)), address="n0", **setting)
+    # Zero is "off" or "at once" where it means that, and None where a bound is optional.
+    MeshConfig(team=Team("t", bytes(32)), address="n0", told_limit=0, relay_hold_ms=0, interest_offers=0,
+               flush_interval_ms=0, max_inbound_links=None)  # fmt: skip

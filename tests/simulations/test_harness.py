@@ -172,6 +172,7 @@ def test_bad_specs_are_clear_errors(tmp_path, capsys):
     (["--mesh", "gossip_intervall_ms=500"], "unknown mesh setting(s): gossip_intervall_ms (known: ack_delay_ms"),
     (["--mesh", "team=1"], "unknown mesh setting(s): team"),  # the harness sets it per node
     (["--mesh", "gossip_interval_ms=fast"], "expected KEY=NUMBER, got 'gossip_interval_ms=fast'"),
+    (["--mesh", "gossip_interval_ms=-5"], "mesh setting gossip_interval_ms must be at least 1, not -5"),
     (["--energy", "max_hops"], "expected KEY=NUMBER, got 'max_hops'"),
 ])  # fmt: skip
 def test_bad_numbers_and_settings_are_named_in_the_error(tmp_path, capsys, args, says):
