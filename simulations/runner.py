@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mesh.config import MeshConfig
+from mesh.team import Team
 from node.energy import EnergyModel
 
 from .metrics import CELL_COLUMNS, summarise
@@ -30,11 +31,8 @@ __all__ = ["RunConfig", "RunResult", "run", "write", "ALL_STRATEGIES"]
 
 ALL_STRATEGIES = ("hyphae", "flood", "random_push", "oracle")
 
-# The smallest value each count or duration of a run may take.
-_AT_LEAST = {
-    "nodes": 2, "stores": 0, "dim": 2, "topics": 1, "beacons_per_node": 0, "store_interval_ms": 0, "drain_ms": 0,
-    "degree": 1, "fanout": 1, "ttl": 0, "warmup_max_ms": 0,
-}  # fmt: skip
+# The smallest value each count or duration of a run may take (the workload's: WorkloadSpec).
+_AT_LEAST = {"drain_ms": 0, "degree": 1, "fanout": 1, "ttl": 0, "warmup_max_ms": 0}
 # What --mesh may override: the engine's settings, less those the harness sets per node.
 _MESH_SETTINGS = {f.name for f in dataclasses.fields(MeshConfig)} - {"team", "address", "view"}
 
@@ -66,6 +64,7 @@ class RunConfig:
     crypto: str = "sim"  # the engines' crypto: "sim" (keyed hashes, same sizes) or "real" (Ed25519, ChaCha20)
 
     def __post_init__(self) -> None:
+        self.workload_spec()  # its own limits
         for name, least in _AT_LEAST.items():
             value = getattr(self, name)
             if value is not None and value < least:
@@ -88,6 +87,14 @@ class RunConfig:
         if self.churn:
             ChurnSpec.parse(self.churn)
         EnergyModel.from_config(dict(self.energy))
+        # The engine's own rules for the values, before any strategy has run.
+        MeshConfig(team=Team("check", bytes(32)), address="n0", view=self.view, **dict(self.mesh))  # type: ignore[arg-type]
+
+    def workload_spec(self) -> WorkloadSpec:
+        return WorkloadSpec(
+            nodes=self.nodes, stores=self.stores, dim=self.dim, topics=self.topics,
+            beacons_per_node=self.beacons_per_node, zipf=self.zipf, store_interval_ms=self.store_interval_ms,
+        )  # fmt: skip
 
     @property
     def hostile(self) -> bool:
@@ -123,10 +130,7 @@ def run(cfg: RunConfig, *, progress: Any = None, on_step: Callable[[Step], None]
     """Run every requested strategy on the same workload and outages. ``progress(name, wall_s)``
     hears when each strategy is done; ``on_step`` where a long one is (:class:`Step`)."""
     energy = EnergyModel.from_config(dict(cfg.energy))
-    spec = WorkloadSpec(
-        nodes=cfg.nodes, stores=cfg.stores, dim=cfg.dim, topics=cfg.topics, beacons_per_node=cfg.beacons_per_node,
-        zipf=cfg.zipf, store_interval_ms=cfg.store_interval_ms,
-    )  # fmt: skip
+    spec = cfg.workload_spec()
     t0 = time.perf_counter()
     workload = Workload(spec, cfg.seed, energy)
     wall = {"workload": round(time.perf_counter() - t0, 3)}

@@ -41,8 +41,14 @@ class WorkloadSpec:
     store_interval_ms: int = 50  # one store every this long, origins at random
 
     def __post_init__(self) -> None:
-        if self.nodes < 2 or self.stores < 0 or self.dim < 2 or self.topics < 1 or self.beacons_per_node < 0:
-            raise ValueError("need nodes >= 2, stores >= 0, dim >= 2, topics >= 1, beacons_per_node >= 0")
+        for name, least in _AT_LEAST.items():
+            value = getattr(self, name)
+            if value < least:
+                raise ValueError(f"{name} must be at least {least}, not {value}")
+
+
+# The smallest value each count of a workload may take.
+_AT_LEAST = {"nodes": 2, "stores": 0, "dim": 2, "topics": 1, "beacons_per_node": 0, "store_interval_ms": 0}
 
 
 @dataclasses.dataclass(frozen=True)
