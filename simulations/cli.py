@@ -32,7 +32,7 @@ class _ProgressLines:
         if now - self._last < PROGRESS_EVERY_S:
             return
         self._last = now
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        rss_mb = (step.peak_rss_kb or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) // 1024
         minutes, seconds = divmod(int(now - self._started), 60)
         print(f"  {step.strategy}: {step.phase} {step.at_ms / 1000:.1f}/{step.of_ms / 1000:.1f} virtual s, "
               f"{step.frames:,} frames, peak RSS {rss_mb:,} MB, {minutes}:{seconds:02d} elapsed",
@@ -102,7 +102,11 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m simulations", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_common(sub.add_parser("run", help="one run, every strategy side by side"), grid=False)
+    run_parser = sub.add_parser("run", help="one run, every strategy side by side")
+    _add_common(run_parser, grid=False)
+    run_parser.add_argument("--processes", type=int, default=1,
+                            help="processes the hyphae engines run on, in lock-step (0: one per core); "
+                                 "the results are the same on any number")  # fmt: skip
     sweep = sub.add_parser("sweep", help="a grid of runs over local processes")
     _add_common(sweep, grid=True)
     sweep.add_argument("--workers", type=int, default=2)
@@ -119,7 +123,7 @@ def config_from(args: argparse.Namespace, **overrides: object) -> RunConfig:
         topics=args.topics, beacons_per_node=args.beacons_per_node, zipf=args.zipf,
         store_interval_ms=args.store_interval_ms, drain_ms=args.drain_ms, degree=args.degree, fanout=args.fanout,
         ttl=args.ttl, mesh=_mesh_overrides(args.mesh), warmup_max_ms=args.warmup_max_ms,
-        energy=_mesh_overrides(args.energy), crypto=args.crypto,
+        energy=_mesh_overrides(args.energy), crypto=args.crypto, processes=getattr(args, "processes", 1),
     )  # fmt: skip
     values.update(overrides)
     return RunConfig(**values)  # type: ignore[arg-type]

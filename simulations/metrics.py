@@ -60,6 +60,18 @@ class Recorder:
         self.control_messages += 1
         self.control_bytes += nbytes
 
+    def merge(self, other: "Recorder") -> None:
+        """Add what ``other`` saw (another process's nodes of the same run) to ours."""
+        for i in range(self.stores):
+            self.delivered[i].update(other.delivered[i])  # each node's own record: no overlap
+            self.messages[i] += other.messages[i]
+            self.data_bytes[i] += other.data_bytes[i]
+            self.arrivals[i].update(other.arrivals[i])
+        self.load.update(other.load)
+        self.control_messages += other.control_messages
+        self.control_bytes += other.control_bytes
+        self.data_frames += other.data_frames
+
 
 def percentile(ordered: list[float] | list[int], q: float) -> float | None:
     """Nearest-rank percentile of a sorted list (None when empty)."""

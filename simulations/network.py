@@ -12,6 +12,7 @@ them to a network's clock.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 import random
 from collections.abc import Callable
@@ -238,6 +239,17 @@ class LinkModel:
         return [self.latency.sample(rng) for _ in range(copies)]
 
 
+_PER_CAUSE = 1 << 40  # an event's key: its cause times this, plus how many that cause made before
+
+
+def min_latency_ms(latency: Latency) -> int:
+    """The least delay a frame can take (Latency.sample's floor): what a process running
+    some of the nodes can run ahead of the others without missing a frame from them."""
+    if latency.kind == "lognormal":
+        return 1
+    return max(1, math.floor(latency.low))
+
+
 def address(index: int) -> str:
     return f"n{index}"
 
@@ -268,13 +280,27 @@ class SimNetwork(VirtualNetwork):
         self.energy = energy
         self.config = config
         self.down: set[str] = set()
+        self.addresses = frozenset(address(i) for i in range(model.nodes))
         self.own_beacons: dict[str, list[BeaconPayload]] = {}
         self.seeds: dict[str, list[str]] = {}
         self._incarnation: dict[str, int] = {}
         self.restarts = 0
         self.on_restart: Callable[[str], None] | None = None
         self.on_frame: Callable[[str, FrameReceived], None] | None = None  # a frame reaches a live node
-        self.last_copies = 0  # copies of the last frame sent that are on their way (0: cut or lost)
+        self.last_copies = 0  # copies of the last frame sent that are on their way here (0: cut or lost)
+        # Run on several processes (simulations.shards), this one holds the engines of the nodes
+        # in ``local`` only (None: of all), and frames to the others wait in ``remote``:
+        # ``[at, key, dst, src, frame, cells]`` each (``cells`` is the harness's to fill in), those
+        # of the last frame sent in ``last_remote``.
+        self.local: frozenset[str] | None = None
+        self.remote: list[list] = []
+        self.last_remote: list[list] = []
+        # Events are ordered by time, then by who caused them (a node, or the harness for the
+        # events it schedules) and in what order: not by when this process queued them, so a
+        # run on several processes handles every node's events in the same order as on one.
+        self._cause = 0  # 0: the harness; i + 1: node i, while it handles an event
+        self._caused: list[int] = []  # events caused so far, per cause
+        self._link_rngs: dict[str, random.Random] = {}  # per sender: its frames' fates
 
     def build(self, addr: str) -> MeshEngine:
         """An engine for ``addr`` (same identity every incarnation, fresh rng each time)."""
@@ -318,6 +344,8 @@ class SimNetwork(VirtualNetwork):
             return []
         if isinstance(event, _Restart):
             self.down.discard(addr)
+            if self.local is not None and addr not in self.local:
+                return []  # its own process restarts it; this one only knows it is up again
             self._incarnation[addr] = self._incarnation.get(addr, 0) + 1
             self.hosts[addr].engine = self.build(addr)
             self.restarts += 1
@@ -329,7 +357,37 @@ class SimNetwork(VirtualNetwork):
             return []
         if self.on_frame is not None and isinstance(event, FrameReceived):
             self.on_frame(addr, event)
-        return super().inject(addr, event)
+        cause, self._cause = self._cause, index_of(addr) + 1
+        try:
+            return super().inject(addr, event)
+        finally:
+            self._cause = cause
+
+    def schedule(self, at: int, addr: str, event: Event) -> None:
+        """Queue ``event`` for ``addr`` (if its node is here: the harness schedules every node's
+        events in every process, so that each process numbers them alike)."""
+        key = self._next_key()
+        if self.local is None or addr in self.local or isinstance(event, (_Crash, _Restart)):
+            heapq.heappush(self._queue, (at, key, addr, event))
+
+    def _next_key(self) -> int:
+        cause, caused = self._cause, self._caused
+        if cause >= len(caused):
+            caused.extend([0] * (cause + 1 - len(caused)))
+        n = caused[cause]
+        caused[cause] = n + 1
+        return cause * _PER_CAUSE + n
+
+    def take_remote(self) -> list[list]:
+        """The frames sent to nodes of other processes since the last call."""
+        out, self.remote = self.remote, []
+        return out
+
+    def put_remote(self, entries: list[list]) -> None:
+        """Frames from nodes of other processes, to nodes of this one."""
+        queue = self._queue
+        for at, key, dst, src, frame, _ in entries:
+            heapq.heappush(queue, (at, key, dst, FrameReceived(src, frame)))
 
     def _send(self, src: str, effect: SendFrame) -> None:
         dst = effect.address
@@ -337,20 +395,32 @@ class SimNetwork(VirtualNetwork):
         self.stats["data_frames_sent" if not effect.is_control else "control_frames_sent"] += 1
         now = self.now
         model = self.model
-        if dst not in self.hosts or dst in self.down or (
+        self.last_copies = 0
+        if self.last_remote:
+            self.last_remote = []
+        if dst not in self.addresses or dst in self.down or (
             model.partition is not None and not model.connected(index_of(src), index_of(dst), now)
         ):
             self.stats["frames_cut"] += 1
             self.schedule(now + self.send_failure_after_ms, src, SendFailed(dst))
-            self.last_copies = 0
             return
-        delays = self.model.transmit(self.rng)
-        self.last_copies = len(delays)
+        rng = self._link_rngs.get(src)
+        if rng is None:
+            rng = self._link_rngs[src] = random.Random(f"{self.seed}:link:{src}")
+        delays = self.model.transmit(rng)
         if not delays:
             self.stats["frames_lost"] += 1
         self.stats["frames_duplicated"] += max(0, len(delays) - 1)
+        here = self.local is None or dst in self.local
         for delay in delays:
-            self.schedule(now + delay, dst, FrameReceived(src, effect.frame))
+            key = self._next_key()
+            if here:
+                heapq.heappush(self._queue, (now + delay, key, dst, FrameReceived(src, effect.frame)))
+                self.last_copies += 1
+            else:
+                entry = [now + delay, key, dst, src, effect.frame, None]
+                self.remote.append(entry)
+                self.last_remote.append(entry)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import gc
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ __all__ = ["RunConfig", "RunResult", "run", "write", "ALL_STRATEGIES"]
 ALL_STRATEGIES = ("hyphae", "flood", "random_push", "oracle")
 
 # The smallest value each count or duration of a run may take (the workload's: WorkloadSpec).
-_AT_LEAST = {"drain_ms": 0, "degree": 1, "fanout": 1, "ttl": 0, "warmup_max_ms": 0}
+_AT_LEAST = {"drain_ms": 0, "degree": 1, "fanout": 1, "ttl": 0, "warmup_max_ms": 0, "processes": 0}
 # What --mesh may override: the engine's settings, less those the harness sets per node.
 _MESH_SETTINGS = {f.name for f in dataclasses.fields(MeshConfig)} - {"team", "address", "view"}
 
@@ -62,6 +63,9 @@ class RunConfig:
     mesh: tuple[tuple[str, Any], ...] = ()  # MeshConfig overrides, e.g. (("repair_interval_ms", 10000),)
     energy: tuple[tuple[str, Any], ...] = ()  # EnergyModel overrides, e.g. (("max_hops", 12),)
     crypto: str = "sim"  # the engines' crypto: "sim" (keyed hashes, same sizes) or "real" (Ed25519, ChaCha20)
+    # Processes the engines of the hyphae strategy run on (0: one per core). The results are the
+    # same on any number, so it is left out of the summary.
+    processes: int = 1
 
     def __post_init__(self) -> None:
         self.workload_spec()  # its own limits
@@ -116,7 +120,11 @@ class RunConfig:
         out["mesh"] = dict(self.mesh)
         out["energy"] = dict(self.energy)
         out["drain_ms"] = self.effective_drain_ms()
+        del out["processes"]
         return out
+
+    def process_count(self) -> int:
+        return self.processes or os.cpu_count() or 1
 
 
 @dataclasses.dataclass
@@ -150,7 +158,7 @@ def run(cfg: RunConfig, *, progress: Any = None, on_step: Callable[[Step], None]
         ctx = Context(
             workload, model, cfg.seed, energy, drain_ms=cfg.effective_drain_ms(), quiet_ms=cfg.quiet_ms(), view=cfg.view,
             mesh_config=dict(cfg.mesh), warmup_max_ms=cfg.warmup_max_ms, degree=cfg.degree, fanout=cfg.fanout,
-            ttl=cfg.ttl, skipped=skipped, crypto=cfg.crypto, on_step=on_step,
+            ttl=cfg.ttl, skipped=skipped, crypto=cfg.crypto, on_step=on_step, processes=cfg.process_count(),
         )  # fmt: skip
         t0 = time.perf_counter()
         with _fewer_collections():

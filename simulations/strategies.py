@@ -12,6 +12,7 @@ message passing over the same :class:`LinkModel` (latency, loss, partition, chur
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import heapq
@@ -29,7 +30,8 @@ from mesh.wire import (
 from node.energy import EnergyModel
 
 from .metrics import Recorder
-from .network import LinkModel, SimNetwork, address, index_of
+from .network import LinkModel, SimNetwork, address, index_of, min_latency_ms
+from .shards import Shard, Shards, open_shards
 from .workload import SimCell, Workload
 
 __all__ = [
@@ -60,6 +62,7 @@ class Context:
     skipped: frozenset[int] = frozenset()  # cells whose origin is down at store time
     crypto: str = "sim"  # the engines' signature and frame suite (network.CRYPTO_SUITES)
     on_step: Callable[["Step"], None] | None = None  # told where a long run is (see Step)
+    processes: int = 1  # processes the engines run on (simulations.shards); the results do not depend on it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Step:
     at_ms: int  # virtual time into the phase
     of_ms: int  # the phase's length (warm-up and drain: at most; they may end sooner)
     frames: int  # frames sent so far, data and control
+    peak_rss_kb: int = 0  # the run's processes' peak resident sets, added up (0: not known)
 
 
 # Called with (phase, at_ms, of_ms) after each virtual second of a phase.
@@ -107,133 +111,244 @@ class Hyphae:
     def run(self, ctx: Context) -> Outcome:
         # Every engine still decodes every frame; the cell diffs they relay share one decoding.
         with share_data_payloads():
-            return self._run(ctx)
+            shards = open_shards(ctx.processes, lambda index, count: _HyphaeShard(ctx, index, count))
+            try:
+                return self._run(ctx, _Parts(shards, START_MS, ctx.workload.spec.nodes))
+            finally:
+                shards.close()
 
-    def _run(self, ctx: Context) -> Outcome:
+    def _run(self, ctx: Context, parts: "_Parts") -> Outcome:
         w = ctx.workload
-        net = sim_network(ctx)
-        rec = Recorder(len(w.cells))
-        opener = net.opener()
-        limits = net.build(address(0)).config.limits
-        # id(frame) -> [frame, cells, copies still to arrive] of data frames, dropped at the last arrival
-        in_flight: dict[int, list] = {}
-        cells_by_diff: dict[bytes, int | None] = {}  # a data diff's signed bytes -> its cell (None: a tombstone)
-        phase = {"store": False, "last_data_ms": 0}
-        warmup = {"control_messages": 0, "control_bytes": 0}
-
-        def on_effect(host: Host, effect: Effect) -> None:
-            if isinstance(effect, StoreRemoteCell):
-                rec.deliver(_cell_index(effect.cell.node_id), index_of(host.address), net.now, effect.hops)
-            elif isinstance(effect, SendFrame):
-                if effect.data_bytes:
-                    phase["last_data_ms"] = net.now
-                    _, _, plain = opener.open(effect.frame)
-                    cells = [c for c in map(cell_of, envelope_diffs(plain)) if c is not None]
-                    rec.data_frames += 1
-                    for cell in cells:
-                        rec.sent(cell, index_of(host.address), len(effect.frame) // max(1, len(cells)))
-                    if net.last_copies:  # the network has just scheduled them (or lost the frame)
-                        in_flight[id(effect.frame)] = [effect.frame, cells, net.last_copies]
-                elif phase["store"]:
-                    rec.control(len(effect.frame))
-                else:
-                    warmup["control_messages"] += 1
-                    warmup["control_bytes"] += len(effect.frame)
-
-        def cell_of(raw: list) -> int | None:
-            # The receiving engine decodes and checks every frame; the harness only names the
-            # cells in each data frame it counts, once per distinct diff.
-            signed = raw[0]
-            cell = cells_by_diff.get(signed, -1)
-            if cell == -1:
-                payload = decode_signed(*raw[:4], limits=limits).payload  # raw[4]: a told list, if any
-                cell = _cell_index(payload.node_id) if isinstance(payload, CellPayload) else None
-                cells_by_diff[signed] = cell
-            return cell
-
-        def on_frame(addr: str, event: FrameReceived) -> None:
-            found = in_flight.get(id(event.frame))
-            if found is not None and found[0] is event.frame:
-                for cell in found[1]:
-                    rec.arrived(cell, index_of(addr))
-                found[2] -= 1
-                if not found[2]:
-                    del in_flight[id(event.frame)]
 
         def report(phase: str, at_ms: int, of_ms: int) -> None:
-            ctx.on_step(Step(self.name, phase, at_ms, of_ms, net.stats["frames_sent"]))  # type: ignore[misc]
+            ctx.on_step(Step(self.name, phase, at_ms, of_ms, parts.frames_sent, parts.peak_rss_kb))  # type: ignore[misc]
 
-        net.on_effect = on_effect
-        net.on_frame = on_frame
-        boot_nodes(ctx, net)
+        parts.call("boot")
         warm_up = _warm_up_partial if ctx.view == "partial" else _warm_up
         steps = report if ctx.on_step is not None else None
-        warmup_ms, converged = warm_up(net, w, ctx.warmup_max_ms, report=steps)
-        origin_ms = net.now
+        warmup_ms, converged = warm_up(parts, ctx.warmup_max_ms, report=steps)
+        origin_ms = parts.now
         ctx.model.bind(origin_ms)
-        net.schedule_outages()
-        phase["store"] = True
-        for cell in w.cells:
-            if cell.index not in ctx.skipped:
-                at = origin_ms + cell.at_ms
-                net.schedule(at, address(cell.origin), CellStored(cell.payload(at, w.spec.dim)))
-        end_ms = _drain(net, origin_ms + w.store_phase_ms, ctx, lambda: phase["last_data_ms"], steps)
-        drops: dict[str, int] = {}
-        for host in net.hosts.values():
-            for reason, count in host.engine.counters.drops.items():
-                drops[reason] = drops.get(reason, 0) + count
+        parts.call("start_stores", origin_ms)
+        end_ms = _drain(parts, origin_ms + w.store_phase_ms, ctx, steps)
+        results = parts.call("result")
+        rec = Recorder(len(w.cells))
+        drops: collections.Counter[str] = collections.Counter()
+        stats: collections.Counter[str] = collections.Counter()
+        for part in results:
+            rec.merge(part["recorder"])
+            drops.update(part["drops"])
+            stats.update(part["network"])
         extras = {
             "warmup_ms": warmup_ms, "warmup_converged": converged,
             "drain_ms": end_ms - origin_ms - w.store_phase_ms,
-            "warmup_control_messages": warmup["control_messages"], "warmup_control_bytes": warmup["control_bytes"],
-            "engine_drops": dict(sorted(drops.items())), "restarts": net.restarts,
-            "repairs_requested": sum(h.engine.counters.repairs_requested for h in net.hosts.values()),
-            "network": dict(sorted(net.stats.items())),
+            "warmup_control_messages": sum(p["warmup_control_messages"] for p in results),
+            "warmup_control_bytes": sum(p["warmup_control_bytes"] for p in results),
+            "engine_drops": dict(sorted(drops.items())), "restarts": sum(p["restarts"] for p in results),
+            "repairs_requested": sum(p["repairs_requested"] for p in results),
+            "network": dict(sorted(stats.items())),
         }  # fmt: skip
         return Outcome(rec, origin_ms, end_ms, extras)
 
 
-def _drain(
-    net: SimNetwork, stores_end_ms: int, ctx: Context, last_data_ms: Callable[[], int], report: Report | None = None
-) -> int:
+class _Parts:
+    """The run's parts (:mod:`.shards`) as the phases below drive them: run to a time, ask
+    each part, keep the figures a progress line shows."""
+
+    def __init__(self, shards: Shards, now: int, nodes: int) -> None:
+        self.shards = shards
+        self.now = now
+        self.nodes = nodes
+        self.frames_sent = 0
+        self.last_data_ms = 0
+        self.peak_rss_kb = 0
+
+    def call(self, method: str, *args: Any) -> list[Any]:
+        return self.shards.call(method, *args)
+
+    def run_until(self, until_ms: int) -> None:
+        answers = self.shards.call("step", until_ms)
+        self.now = until_ms
+        self.frames_sent = sum(a[0] for a in answers)
+        self.last_data_ms = max(a[1] for a in answers)
+        self.peak_rss_kb = sum(a[2] for a in answers)
+
+    def run_for(self, ms: int) -> None:
+        self.run_until(self.now + ms)
+
+
+class _HyphaeShard(Shard):
+    """The engines of the nodes one process runs (all of them, unless the run is split), the
+    workload's events for them, and the harness's watch on their effects."""
+
+    def __init__(self, ctx: Context, index: int, count: int) -> None:
+        net = sim_network(ctx)
+        super().__init__(net, index, count, min_latency_ms(ctx.model.latency))
+        if count > 1:
+            net.local = frozenset(address(i) for i in range(ctx.workload.spec.nodes) if self.owns(i))
+        self.ctx = ctx
+        self.rec = Recorder(len(ctx.workload.cells))
+        self.opener = net.opener()
+        self.limits = net.build(address(0)).config.limits
+        # id(frame) -> [frame, cells, copies still to arrive] of data frames, dropped at the last arrival
+        self.in_flight: dict[int, list] = {}
+        self.cells_by_diff: dict[bytes, int | None] = {}  # a data diff's signed bytes -> its cell (None: a tombstone)
+        self.storing = False
+        self.last_data_ms = 0
+        self.warmup = {"control_messages": 0, "control_bytes": 0}
+        self.linked: dict[str, frozenset[str]] = {}  # partial view: each node's neighbours at the last look
+        self.pending: list[Host] | None = None  # full view: nodes still learning the mesh
+        net.on_effect = self._on_effect
+        net.on_frame = self._on_frame
+
+    # -- asked by the run --------------------------------------------------------------
+
+    def boot(self) -> None:
+        boot_nodes(self.ctx, self.net, self.owns)
+
+    def step(self, until_ms: int) -> tuple[int, int, int]:
+        self.run_until(until_ms)
+        return self.net.stats["frames_sent"], self.last_data_ms, self.peak_rss_kb()
+
+    def overlay_sample(self) -> tuple[int, int]:
+        """Partial view: what our nodes know (beacons and contacts), and how many changed
+        their gossip neighbours since the last look."""
+        known = moved = 0
+        for host in self.net.hosts.values():
+            engine = host.engine
+            known += len(engine.beacons) + len(engine.contacts)
+            now_linked = frozenset(p.node_id for p in engine.peers.neighbours())
+            moved += now_linked != self.linked.get(host.address, frozenset())
+            self.linked[host.address] = now_linked
+        return known, moved
+
+    def still_learning(self) -> int:
+        """Full view: how many of our nodes do not yet know every peer and every other beacon."""
+        w, n = self.ctx.workload, self.ctx.workload.spec.nodes
+        hosts = self.pending if self.pending is not None else list(self.net.hosts.values())
+        self.pending = [
+            h for h in hosts
+            if len(h.engine.peers) < n - 1 or len(h.engine.beacons) < len(w.beacons) - len(w.beacons_of(index_of(h.address)))
+        ]  # fmt: skip
+        return len(self.pending)
+
+    def start_stores(self, origin_ms: int) -> None:
+        ctx, net = self.ctx, self.net
+        ctx.model.bind(origin_ms)
+        net.schedule_outages()
+        self.storing = True
+        for cell in ctx.workload.cells:
+            if cell.index not in ctx.skipped:  # scheduled by every part alike (see SimNetwork.schedule)
+                at = origin_ms + cell.at_ms
+                net.schedule(at, address(cell.origin), CellStored(cell.payload(at, ctx.workload.spec.dim)))
+
+    def result(self) -> dict[str, Any]:
+        hosts = self.net.hosts.values()
+        drops: collections.Counter[str] = collections.Counter()
+        for host in hosts:
+            drops.update(host.engine.counters.drops)
+        return {
+            "recorder": self.rec, "drops": dict(drops), "network": dict(self.net.stats), "restarts": self.net.restarts,
+            "repairs_requested": sum(h.engine.counters.repairs_requested for h in hosts),
+            "warmup_control_messages": self.warmup["control_messages"],
+            "warmup_control_bytes": self.warmup["control_bytes"],
+        }  # fmt: skip
+
+    # -- the harness's watch -------------------------------------------------------------
+
+    def _on_effect(self, host: Host, effect: Effect) -> None:
+        net, rec = self.net, self.rec
+        if isinstance(effect, StoreRemoteCell):
+            rec.deliver(_cell_index(effect.cell.node_id), index_of(host.address), net.now, effect.hops)
+        elif isinstance(effect, SendFrame):
+            if effect.data_bytes:
+                self.last_data_ms = net.now
+                _, _, plain = self.opener.open(effect.frame)
+                cells = [c for c in map(self._cell_of, envelope_diffs(plain)) if c is not None]
+                rec.data_frames += 1
+                for cell in cells:
+                    rec.sent(cell, index_of(host.address), len(effect.frame) // max(1, len(cells)))
+                if net.last_copies:  # the network has just scheduled them (or lost the frame)
+                    self.in_flight[id(effect.frame)] = [effect.frame, cells, net.last_copies]
+                for entry in net.last_remote:  # ... or they wait for another part's nodes
+                    entry[5] = cells
+            elif self.storing:
+                rec.control(len(effect.frame))
+            else:
+                self.warmup["control_messages"] += 1
+                self.warmup["control_bytes"] += len(effect.frame)
+
+    def _cell_of(self, raw: list) -> int | None:
+        # The receiving engine decodes and checks every frame; the harness only names the
+        # cells in each data frame it counts, once per distinct diff.
+        signed = raw[0]
+        cell = self.cells_by_diff.get(signed, -1)
+        if cell == -1:
+            payload = decode_signed(*raw[:4], limits=self.limits).payload  # raw[4]: a told list, if any
+            cell = _cell_index(payload.node_id) if isinstance(payload, CellPayload) else None
+            self.cells_by_diff[signed] = cell
+        return cell
+
+    def _on_frame(self, addr: str, event: FrameReceived) -> None:
+        found = self.in_flight.get(id(event.frame))
+        if found is not None and found[0] is event.frame:
+            for cell in found[1]:
+                self.rec.arrived(cell, index_of(addr))
+            found[2] -= 1
+            if not found[2]:
+                del self.in_flight[id(event.frame)]
+
+    def receive(self, entries: list[list]) -> None:
+        super().receive(entries)
+        for entry in entries:
+            if entry[5]:
+                frame = entry[4]
+                found = self.in_flight.get(id(frame))
+                if found is not None and found[0] is frame:  # both copies of a duplicated frame
+                    found[2] += 1
+                else:
+                    self.in_flight[id(frame)] = [frame, entry[5], 1]
+
+
+def _drain(parts: _Parts, stores_end_ms: int, ctx: Context, report: Report | None = None) -> int:
     """Run the store phase, then past the last store for ``ctx.drain_ms``, or until no data
     frame has been sent for ``ctx.quiet_ms`` (the data plane is done: what is left is the
     control plane's steady gossip, which at N=10,000 costs ~25 CPU s per virtual second and
     delivers nothing). Returns where the run ended."""
     end_ms = stores_end_ms + ctx.drain_ms
     after_step = None if report is None else _phase_reporter(report, stores_end_ms, ctx)
-    _run_until(net, stores_end_ms, after_step)
+    _run_until(parts, stores_end_ms, after_step)
     while ctx.quiet_ms:
-        quiet_at = max(stores_end_ms, last_data_ms()) + ctx.quiet_ms
+        quiet_at = max(stores_end_ms, parts.last_data_ms) + ctx.quiet_ms
         if quiet_at >= end_ms:
             break
-        if net.now >= quiet_at:
-            return net.now
-        _run_until(net, quiet_at, after_step)
-    _run_until(net, end_ms, after_step)
+        if parts.now >= quiet_at:
+            return parts.now
+        _run_until(parts, quiet_at, after_step)
+    _run_until(parts, end_ms, after_step)
     return end_ms
 
 
-def _phase_reporter(report: Report, stores_end_ms: int, ctx: Context) -> Callable[[SimNetwork], None]:
+def _phase_reporter(report: Report, stores_end_ms: int, ctx: Context) -> Callable[[_Parts], None]:
     stores_ms = ctx.workload.store_phase_ms
 
-    def after_step(net: SimNetwork) -> None:
-        if net.now <= stores_end_ms:
-            report("stores", net.now - (stores_end_ms - stores_ms), stores_ms)
+    def after_step(parts: _Parts) -> None:
+        if parts.now <= stores_end_ms:
+            report("stores", parts.now - (stores_end_ms - stores_ms), stores_ms)
         else:
-            report("drain", net.now - stores_end_ms, ctx.drain_ms)
+            report("drain", parts.now - stores_end_ms, ctx.drain_ms)
 
     return after_step
 
 
-def _run_until(net: SimNetwork, until_ms: int, after_step: Callable[[SimNetwork], None] | None) -> None:
-    """``net.run_until``, one virtual second at a time when someone wants to hear after each
+def _run_until(parts: _Parts, until_ms: int, after_step: Callable[[_Parts], None] | None) -> None:
+    """``parts.run_until``, one virtual second at a time when someone wants to hear after each
     (the same events in the same order: a step only pauses the queue between two of them)."""
     while True:
-        step_end = until_ms if after_step is None else min(until_ms, net.now + 1000)
-        net.run_until(step_end)
+        step_end = until_ms if after_step is None else min(until_ms, parts.now + 1000)
+        parts.run_until(step_end)
         if after_step is not None:
-            after_step(net)
+            after_step(parts)
         if step_end >= until_ms:
             return
 
@@ -245,71 +360,60 @@ def sim_network(ctx: Context) -> SimNetwork:
     return SimNetwork(ctx.model, seed=ctx.seed, team=team, energy=ctx.energy, crypto=ctx.crypto, **config)
 
 
-def boot_nodes(ctx: Context, net: SimNetwork) -> None:
-    """One engine per node, its beacons and its seed peers, then ``Started`` on each."""
+def boot_nodes(ctx: Context, net: SimNetwork, owns: Callable[[int], bool] = lambda node: True) -> None:
+    """One engine per node (each node ``owns`` keeps: a split run's part holds some), its
+    beacons and its seed peers, then ``Started`` on each."""
     w, n = ctx.workload, ctx.workload.spec.nodes
     seed_rng = random.Random(f"{ctx.seed}:seeds")
     for i in range(n):
-        addr = address(i)
-        net.add(net.build(addr))
-        net.own_beacons[addr] = w.beacons_of(i)
         if ctx.view == "partial":  # a few random members each (discovery's job): a random overlay
             picks = seed_rng.sample(range(n - 1), min(n - 1, ctx.partial_seeds))
             seeds = sorted({j if j < i else j + 1 for j in picks})
         else:  # a few earlier members each: the full view learns the rest by gossip
             seeds = sorted(set(seed_rng.sample(range(i), min(i, ctx.seeds_per_node))))
-        net.seeds[addr] = [address(j) for j in seeds]
+        if owns(i):  # every part draws every node's seeds, so that the draws are the same
+            addr = address(i)
+            net.add(net.build(addr))
+            net.own_beacons[addr] = w.beacons_of(i)
+            net.seeds[addr] = [address(j) for j in seeds]
     for i in range(n):
-        net.boot(address(i))
+        if owns(i):
+            net.boot(address(i))
 
 
-def _warm_up(
-    net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 500, report: Report | None = None
-) -> tuple[int, bool]:
+def _warm_up(parts: _Parts, max_ms: int, step_ms: int = 500, report: Report | None = None) -> tuple[int, bool]:
     """Run until every node knows every peer and every other node's beacons (or ``max_ms``)."""
-    n = w.spec.nodes
-    want = {address(i): len(w.beacons) - len(w.beacons_of(i)) for i in range(n)}
-    start = net.now
-    hosts = list(net.hosts.values())
+    start = parts.now
     while True:
-        pending = [h for h in hosts if len(h.engine.peers) < n - 1 or len(h.engine.beacons) < want[h.address]]
-        if not pending or net.now - start >= max_ms:
-            return net.now - start, not pending
-        hosts = pending
-        net.run_for(step_ms)
+        pending = sum(parts.call("still_learning"))
+        if not pending or parts.now - start >= max_ms:
+            return parts.now - start, not pending
+        parts.run_for(step_ms)
         if report is not None:
-            report("warm-up", net.now - start, max_ms)
+            report("warm-up", parts.now - start, max_ms)
 
 
 def _warm_up_partial(
-    net: SimNetwork, w: Workload, max_ms: int, step_ms: int = 1000, settled_share: float = 0.01,
-    report: Report | None = None,
+    parts: _Parts, max_ms: int, step_ms: int = 1000, settled_share: float = 0.01, report: Report | None = None
 ) -> tuple[int, bool]:
     """Run until the interest overlay has settled (or ``max_ms``): for two steps running, no
     node learned a new beacon or contact, or at most ``settled_share`` of the nodes changed
     their gossip neighbours. Known sets grow long after the overlay has formed (offers, nodes
     at the edge of a radius), so the first test alone held a run of 1,000 nodes for the whole
     default 120 s; the neighbours settle in about 20 (BENCHMARKS.md)."""
-    start = net.now
-    hosts = list(net.hosts.values())
+    start = parts.now
     last, calm = -1, 0
-    linked = [frozenset() for _ in hosts]
-    while net.now - start < max_ms:
-        net.run_for(step_ms)
+    while parts.now - start < max_ms:
+        parts.run_for(step_ms)
         if report is not None:
-            report("warm-up", net.now - start, max_ms)
-        known = moved = 0
-        for i, host in enumerate(hosts):
-            engine = host.engine
-            known += len(engine.beacons) + len(engine.contacts)
-            now_linked = frozenset(p.node_id for p in engine.peers.neighbours())
-            moved += now_linked != linked[i]
-            linked[i] = now_linked
-        calm = calm + 1 if known == last or moved <= settled_share * len(hosts) else 0
+            report("warm-up", parts.now - start, max_ms)
+        samples = parts.call("overlay_sample")
+        known, moved = sum(k for k, _ in samples), sum(m for _, m in samples)
+        calm = calm + 1 if known == last or moved <= settled_share * parts.nodes else 0
         last = known
         if calm >= 2:
-            return net.now - start, True
-    return net.now - start, False
+            return parts.now - start, True
+    return parts.now - start, False
 
 
 # -- yardsticks -------------------------------------------------------------------------

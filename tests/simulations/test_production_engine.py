@@ -19,7 +19,11 @@ def test_hyphae_follows_the_engines_router(monkeypatch):
     # Break the production router: the origin now selects no targets at all.
     monkeypatch.setattr(routing.FullView, "origin_targets", lambda self, diff, cell, now: set())
     after = run(cfg).summary["strategies"]["hyphae"]
-    assert after["delivery_ratio"] == 0.0 and after["messages_per_store"] == 0.0
+    # No push leaves an origin. What still arrives comes by repair: a node's catch-up with a
+    # peer it has just met asks once more when the first answer is in, and here the second
+    # answer comes after the first stores (one cell, one frame).
+    assert after["delivery_ratio"] <= 0.1 and before["delivery_ratio"] == 1.0
+    assert after["messages_per_store"] <= before["messages_per_store"] / 5
 
 
 def test_partial_view_is_the_engines_partial_policy(monkeypatch):

@@ -1,0 +1,193 @@
+"""One run's nodes on several processes, in lock-step windows of virtual time.
+
+A run of the production engine is one event queue, and at N=10,000 a quarter of an hour of
+one core. Split by node index (node ``i`` lives in process ``i % K``), each process runs the
+queue of its own nodes; a frame to a node elsewhere waits in ``SimNetwork.remote``. No frame
+arrives sooner than the link model's least latency ``L`` after it left, so every process may
+run ``L`` virtual ms ahead of what it has heard from the others (a conservative parallel
+simulation): it handles its events up to the end of the window, then each pair of processes
+swaps the frames sent meanwhile, and the next window starts.
+
+Events are ordered by time and cause (:class:`~simulations.network.SimNetwork`), and each
+sender draws its frames' fates from its own generator, so the result does not depend on how
+the nodes are split: a run gives the same summary byte for byte on one process or on K.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .network import SimNetwork, index_of
+
+__all__ = ["Shard", "Shards", "ShardError", "open_shards"]
+
+
+class ShardError(RuntimeError):
+    """A process of a split run failed; the message holds its traceback."""
+
+
+class Shard:
+    """One process's part of a run: a :class:`SimNetwork` holding some of the nodes, and the
+    pipes to the other parts (none when it holds them all)."""
+
+    def __init__(self, net: SimNetwork, index: int, count: int, lookahead_ms: int) -> None:
+        self.net = net
+        self.index = index
+        self.count = count
+        self.lookahead_ms = lookahead_ms
+        self.peers: dict[int, Connection] = {}  # the other parts, by index
+
+    def owns(self, node: int) -> bool:
+        return node % self.count == self.index
+
+    def run_until(self, until_ms: int) -> None:
+        """Run to ``until_ms`` (every part is asked to, so the windows line up)."""
+        if not self.peers:
+            self.net.run_until(until_ms)
+            return
+        net = self.net
+        while True:
+            self._swap()
+            end = min(until_ms, net.now + self.lookahead_ms)
+            net.run_until(end)
+            if end >= until_ms:
+                return
+
+    def _swap(self) -> None:
+        """Send each part the frames for its nodes, take theirs for ours. Pairs meet in one
+        order everywhere, the lower index sending first, so no two parts wait on each other."""
+        out: dict[int, list[list]] = {j: [] for j in self.peers}
+        for entry in self.net.take_remote():
+            out[index_of(entry[2]) % self.count].append(entry)
+        for j in sorted(self.peers):
+            conn = self.peers[j]
+            if self.index < j:
+                conn.send(out[j])
+                got = conn.recv()
+            else:
+                got = conn.recv()
+                conn.send(out[j])
+            self.receive(got)
+
+    def receive(self, entries: list[list]) -> None:
+        """Frames from the other parts, for our nodes."""
+        self.net.put_remote(entries)
+
+    def peak_rss_kb(self) -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+class Shards:
+    """The parts of a run, asked as one: :meth:`call` runs a method on each, in index order,
+    and returns what each returned."""
+
+    def __init__(self, local: Shard | None = None) -> None:
+        self._local = local
+
+    def call(self, method: str, *args: Any) -> list[Any]:
+        assert self._local is not None
+        return [getattr(self._local, method)(*args)]
+
+    def close(self) -> None:
+        pass
+
+
+class _Forked(Shards):
+    """One process per part, forked (they share the workload as it stands; nothing is pickled
+    but the calls, their answers and the frames between parts)."""
+
+    def __init__(self, count: int, make: Callable[[int, int], Shard]) -> None:
+        super().__init__()
+        mp = multiprocessing.get_context("fork")
+        pairs = {(i, j): mp.Pipe() for i in range(count) for j in range(i + 1, count)}
+        commands = [mp.Pipe() for _ in range(count)]
+        every = [c for ends in pairs.values() for c in ends] + [c for ends in commands for c in ends]
+        self._procs = []
+        for i in range(count):
+            peers = {j: ends[0] for (a, j), ends in pairs.items() if a == i}
+            peers.update({a: ends[1] for (a, j), ends in pairs.items() if j == i})
+            mine = [*peers.values(), commands[i][1]]
+            proc = mp.Process(
+                target=_serve, args=(make, i, count, commands[i][1], peers, [c for c in every if c not in mine]),
+                name=f"simulation-part-{i}", daemon=True,
+            )  # fmt: skip
+            proc.start()
+            self._procs.append(proc)
+        # Only the parts hold their ends: a part that dies then closes its pipes, and whoever
+        # waits on it hears so instead of waiting for ever.
+        for conn in every:
+            if not any(conn is ends[0] for ends in commands):
+                conn.close()
+        self._conns = [ends[0] for ends in commands]
+
+    def call(self, method: str, *args: Any) -> list[Any]:
+        for conn in self._conns:
+            conn.send((method, args))
+        results, failures = [], []
+        for i, conn in enumerate(self._conns):
+            try:
+                status, value = conn.recv()
+            except (EOFError, OSError):
+                self._procs[i].join(5)
+                status, value = "error", f"the process exited (code {self._procs[i].exitcode})"
+            if status == "error":
+                failures.append(f"part {i}: {value}")
+            results.append(value)
+        if failures:
+            self.close()
+            raise ShardError(f"{method} failed in a process of the run:\n" + "\n".join(failures))
+        return results
+
+    def close(self) -> None:
+        for conn in self._conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc in self._procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+
+
+def _serve(
+    make: Callable[[int, int], Shard], index: int, count: int, conn: Connection, peers: dict[int, Connection],
+    others: list[Connection],
+) -> None:
+    for other in others:  # the ends this process inherited but does not own
+        other.close()
+    try:
+        shard = make(index, count)
+        shard.peers = peers
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        method, args = message
+        try:
+            conn.send(("ok", getattr(shard, method)(*args)))
+        except BaseException:
+            conn.send(("error", traceback.format_exc()))
+            return
+
+
+def open_shards(count: int, make: Callable[[int, int], Shard]) -> Shards:
+    """The parts of a run: ``make(index, count)`` builds each (in its own process when
+    ``count`` > 1, else here)."""
+    if count <= 1:
+        return Shards(make(0, 1))
+    return _Forked(count, make)
