@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import gc
 import json
+import multiprocessing
 import os
 import random
 import time
@@ -83,6 +84,8 @@ class RunConfig:
             raise ValueError("loss and duplicate are probabilities in [0, 1)")
         if self.view not in ("full", "partial"):
             raise ValueError("view is full or partial")
+        if self.processes != 1 and "fork" not in multiprocessing.get_all_start_methods():
+            raise ValueError("processes other than 1 need processes started by fork (Linux, macOS)")
         if self.crypto not in CRYPTO_SUITES:
             raise ValueError(f"crypto is one of {', '.join(CRYPTO_SUITES)}")
         Latency.parse(self.latency)
