@@ -299,7 +299,8 @@ class SimNetwork(VirtualNetwork):
         # events it schedules) and in what order: not by when this process queued them, so a
         # run on several processes handles every node's events in the same order as on one.
         self._cause = 0  # 0: the harness; i + 1: node i, while it handles an event
-        self._caused: list[int] = []  # events caused so far, per cause
+        self._cause_of = {address(i): i + 1 for i in range(model.nodes)}
+        self._caused = [0] * (model.nodes + 1)  # events caused so far, per cause
         self._link_rngs: dict[str, random.Random] = {}  # per sender: its frames' fates
 
     def build(self, addr: str) -> MeshEngine:
@@ -357,11 +358,10 @@ class SimNetwork(VirtualNetwork):
             return []
         if self.on_frame is not None and isinstance(event, FrameReceived):
             self.on_frame(addr, event)
-        cause, self._cause = self._cause, index_of(addr) + 1
-        try:
-            return super().inject(addr, event)
-        finally:
-            self._cause = cause
+        cause, self._cause = self._cause, self._cause_of[addr]
+        effects = super().inject(addr, event)
+        self._cause = cause
+        return effects
 
     def schedule(self, at: int, addr: str, event: Event) -> None:
         """Queue ``event`` for ``addr`` (if its node is here: the harness schedules every node's
@@ -372,8 +372,6 @@ class SimNetwork(VirtualNetwork):
 
     def _next_key(self) -> int:
         cause, caused = self._cause, self._caused
-        if cause >= len(caused):
-            caused.extend([0] * (cause + 1 - len(caused)))
         n = caused[cause]
         caused[cause] = n + 1
         return cause * _PER_CAUSE + n
