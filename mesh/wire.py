@@ -80,13 +80,15 @@ DATA_KINDS = frozenset({DiffKind.CELL, DiffKind.TOMBSTONE})
 
 
 class MsgType(enum.IntEnum):
-    DATA = 1  # pushed data diffs; extra [batch_id] or [batch_id, [acked batch_id...]]
-    ACK = 2  # extra [[batch_id...]]
+    DATA = 1  # pushed data diffs; extra [batch_id], [batch_id, [acked batch_id...]] or [..., prune]
+    ACK = 2  # extra [[batch_id...]] or [[batch_id...], prune]
     GOSSIP = 3  # anti-entropy; extra [digest | nil, reply_wanted]
     REPAIR_REQUEST = 4  # extra [request_id, since, limit, requester_version]
     REPAIR_REPLY = 5  # extra [request_id, upto, more, ready]
     PING = 6  # extra [nonce]
     PONG = 7  # extra [nonce]
+    IHAVE = 8  # lazy push (mesh.lazy): diffs the sender holds; extra [[[origin, seq]...]]
+    GRAFT = 9  # lazy push: send me these announced diffs; extra [[[origin, seq]...]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -523,6 +525,10 @@ class Envelope:
     diffs: tuple[Diff, ...] = ()
     batch_id: int = 0  # DATA
     acks: tuple[int, ...] = ()  # ACK, and DATA: acks riding on a data frame
+    # ACK, and DATA with acks: the sender got a copy it held from us: announce to it instead
+    # (mesh.lazy). Encoded only when set, so a frame without it is the same bytes as before.
+    prune: bool = False
+    refs: tuple[tuple[str, int], ...] = ()  # IHAVE / GRAFT: (origin, seq) of the diffs named
     digest: Mapping[str, int] | None = None  # GOSSIP
     reply_wanted: bool = False  # GOSSIP
     request_id: int = 0  # REPAIR_*
@@ -582,9 +588,13 @@ def _decode_digest(digest: dict) -> dict[str, int]:
 def _extra(env: Envelope) -> list[Any]:
     t = env.type
     if t is MsgType.DATA:
+        if env.prune:
+            return [env.batch_id, list(env.acks), True]
         return [env.batch_id, list(env.acks)] if env.acks else [env.batch_id]
     if t is MsgType.ACK:
-        return [list(env.acks)]
+        return [list(env.acks), True] if env.prune else [list(env.acks)]
+    if t is MsgType.IHAVE or t is MsgType.GRAFT:
+        return [[[id_bytes(origin), seq] for origin, seq in env.refs]]
     if t is MsgType.GOSSIP:
         digest = None if env.digest is None else _encode_digest(env.digest)
         return [digest, env.reply_wanted]
@@ -651,13 +661,21 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     extra = _list(extra, "extra")
     if mtype is MsgType.DATA:
         data = _list(extra, "data")
-        if not 1 <= len(data) <= 2:
-            raise _fail("data: expected [batch_id] or [batch_id, acks]")
+        if not 1 <= len(data) <= 3:
+            raise _fail("data: expected [batch_id], [batch_id, acks] or [batch_id, acks, prune]")
         fields["batch_id"] = _int(data[0], "batch_id")
-        if len(data) == 2:
+        if len(data) >= 2:
             fields["acks"] = _decode_acks(data[1], limits)
+        if len(data) == 3:
+            fields["prune"] = _bool(data[2], "data prune")
     elif mtype is MsgType.ACK:
-        fields["acks"] = _decode_acks(_list(extra, "ack", 1)[0], limits)
+        if not 1 <= len(extra) <= 2:
+            raise _fail("ack: expected [acks] or [acks, prune]")
+        fields["acks"] = _decode_acks(extra[0], limits)
+        if len(extra) == 2:
+            fields["prune"] = _bool(extra[1], "ack prune")
+    elif mtype is MsgType.IHAVE or mtype is MsgType.GRAFT:
+        fields["refs"] = _decode_refs(_list(extra, mtype.name.lower(), 1)[0], mtype.name.lower(), limits)
     elif mtype is MsgType.GOSSIP:
         digest, reply_wanted = _list(extra, "gossip", 2)
         if digest is not None:
@@ -734,7 +752,26 @@ def _decode_haves(raw: Any) -> HaveSet:
     return HaveSet(spans)
 
 
-def _bool(v: Any) -> bool:
+def _decode_refs(raw: Any, what: str, limits: WireLimits) -> tuple[tuple[str, int], ...]:
+    """An IHAVE's or GRAFT's ``[[origin, seq]...]``: one to ``max_diffs`` diffs, each named once."""
+    entries = _list(raw, f"{what} diffs")
+    if not entries:
+        raise _fail(f"{what}: names no diff")
+    if len(entries) > limits.max_diffs:
+        raise _fail(f"{what}: {len(entries)} diffs named", Reason.TOO_MANY_DIFFS)
+    refs = []
+    for entry in entries:
+        origin, seq = _list(entry, f"{what} entry", 2)
+        seq = _int(seq, f"{what} seq")
+        if seq < 1:
+            raise _fail(f"{what} seq: must be positive")
+        refs.append((id_hex(_bin(origin, f"{what} origin", _ORIGIN_BYTES)), seq))
+    if len(set(refs)) < len(refs):
+        raise _fail(f"{what}: a diff named twice")
+    return tuple(refs)
+
+
+def _bool(v: Any, what: str = "") -> bool:
     if not isinstance(v, bool):
-        raise _fail("expected a boolean")
+        raise _fail(f"{what}: expected a boolean" if what else "expected a boolean")
     return v
