@@ -536,7 +536,7 @@ class MeshEngine:
         self.counters.data_diffs_resent += sum(1 for _, attempts, _ in batch.items if attempts > 1)
         self._send(
             peer.address, MsgType.DATA, tuple(d for _, _, d in batch.items), batch_id=batch.batch_id,
-            acks=self._take_acks(peer.node_id), prune=self._take_prune(peer.node_id), in_reply=in_reply,
+            acks=self._take_acks(peer.node_id), in_reply=in_reply, **self._lazy_riders(peer.node_id),
         )  # fmt: skip
 
     def _take_acks(self, peer_id: str) -> tuple[int, ...]:
@@ -546,21 +546,26 @@ class MeshEngine:
             self._acks_at = None
         return tuple(acks) if acks else ()
 
-    def _take_prune(self, peer_id: str) -> bool:
-        """Whether the acks now going to a peer ask it to prune (it sent us a copy we had)."""
-        if peer_id not in self._prunes_due:
-            return False
-        self._prunes_due.discard(peer_id)
-        self.counters.prunes_sent += 1
-        return True
+    def _lazy_riders(self, peer_id: str) -> dict[str, Any]:
+        """What rides on the acks now going to a peer (lazy push): a prune, if it sent us a copy
+        we had, and our announcements waiting for it, which need no frame of their own now."""
+        if self.lazy is None:
+            return {}
+        prune = peer_id in self._prunes_due
+        if prune:
+            self._prunes_due.discard(peer_id)
+            self.counters.prunes_sent += 1
+        refs = self.lazy.take_announcements_for(peer_id, self.config.limits.max_diffs)
+        self.counters.diffs_announced += len(refs)
+        return {"prune": prune, "refs": tuple(refs)}
 
     def _send_delayed_acks(self) -> None:
         """No data frame went to these peers in time for their acks to ride on: send them alone."""
         for peer_id in list(self._acks_due):
             peer = self.peers.get(peer_id)
-            acks, prune = self._take_acks(peer_id), self._take_prune(peer_id)
+            acks, riders = self._take_acks(peer_id), self._lazy_riders(peer_id)
             if peer is not None:
-                self._send(peer.address, MsgType.ACK, acks=acks, prune=prune)
+                self._send(peer.address, MsgType.ACK, acks=acks, **riders)
         self._acks_at = None
 
     def _drop_for(self, peer_id: str) -> None:
@@ -701,20 +706,20 @@ class MeshEngine:
     # -- receiving: the data plane -----------------------------------------------------
 
     def _on_data(self, env: Envelope, peer: Peer) -> None:
-        if env.acks or env.prune:
+        if env.acks or env.prune or env.refs:
             self._on_ack(env, peer)
         for diff in env.diffs:
             self._accept_data(diff, env, peer, relay=True)
         if not self._in_response:
             acks = (*self._take_acks(peer.node_id), env.batch_id)
-            self._send(peer.address, MsgType.ACK, acks=acks, prune=self._take_prune(peer.node_id), in_reply=True)
+            self._send(peer.address, MsgType.ACK, acks=acks, in_reply=True, **self._lazy_riders(peer.node_id))
             return
         # It came back in the response to one of ours: an ack now would be an exchange of its own,
         # so it waits a little to ride on our next data frame to that peer.
         due = self._acks_due.setdefault(peer.node_id, [])
         due.append(env.batch_id)
         if len(due) >= _ACKS_HELD:
-            self._send(peer.address, MsgType.ACK, acks=self._take_acks(peer.node_id), prune=self._take_prune(peer.node_id))
+            self._send(peer.address, MsgType.ACK, acks=self._take_acks(peer.node_id), **self._lazy_riders(peer.node_id))
         elif self._acks_at is None:
             self._acks_at = self._now + self.config.ack_delay_ms
 
@@ -723,6 +728,8 @@ class MeshEngine:
             self.outbox.acked(peer.node_id, batch_id, self._now)
         if env.prune and self.lazy is not None:
             self.lazy.prune(peer.node_id)
+        if env.refs:
+            self._on_ihave(env, peer)
 
     def _accept_data(self, diff: Diff, env: Envelope, sender: Peer, relay: bool) -> None:
         if diff.kind not in DATA_KINDS:

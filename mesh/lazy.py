@@ -9,8 +9,9 @@ Leitão et al., "Epidemic Broadcast Trees", each link, our side of it, is *eager
 * A node sent a relayed copy of a diff it holds asks the sender to PRUNE the link: a flag on
   the ack that goes back for that frame anyway (:mod:`mesh.wire`), no frame of its own.
 * A relay's copies to lazy links become announcements, ``(origin, seq)`` (IHAVE), gathered
-  per peer for ``lazy_announce_ms`` into one frame that is not acknowledged: a lost one is
-  made good by repair, as a lost push would be.
+  per peer for ``lazy_announce_ms`` into one frame that is not acknowledged (a lost one is
+  made good by repair, as a lost push would be), or sooner on an ack or data frame going to
+  that peer anyway.
 * A node announced a diff it lacks waits ``lazy_graft_ms`` for an eager copy; then it asks
   the first announcer it can still reach for it (GRAFT). The announcer sends the diff as an
   ordinary acknowledged DATA push, and makes its link to the grafter eager again. No copy
@@ -27,6 +28,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
+import itertools
 from collections.abc import Callable
 
 from .wire import Diff
@@ -130,6 +132,19 @@ class LazyPush:
             del self._announce_at[peer_id]
             out.append((peer_id, list(self._pending.pop(peer_id))))
         return out
+
+    def take_announcements_for(self, peer_id: str, limit: int) -> list[DiffRef]:
+        """Up to ``limit`` of the peer's announcements, now, to ride on a frame going to it anyway."""
+        pending = self._pending.get(peer_id)
+        if not pending:
+            return []
+        refs = list(itertools.islice(pending, limit))
+        for ref in refs:
+            del pending[ref]
+        if not pending:
+            del self._pending[peer_id]
+            del self._announce_at[peer_id]
+        return refs
 
     def copy_for(self, ref: DiffRef) -> tuple[Diff, float] | None:
         """The copy we announced as ``ref`` and its energy, if still kept."""

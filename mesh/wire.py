@@ -80,8 +80,10 @@ DATA_KINDS = frozenset({DiffKind.CELL, DiffKind.TOMBSTONE})
 
 
 class MsgType(enum.IntEnum):
-    DATA = 1  # pushed data diffs; extra [batch_id], [batch_id, [acked batch_id...]] or [..., prune]
-    ACK = 2  # extra [[batch_id...]] or [[batch_id...], prune]
+    # pushed data diffs; extra [batch_id], [batch_id, [acked batch_id...]], [..., prune] or
+    # [..., prune, [[origin, seq]...]] (announcements riding, see IHAVE)
+    DATA = 1
+    ACK = 2  # extra [[batch_id...]], [[batch_id...], prune] or [..., prune, [[origin, seq]...]]
     GOSSIP = 3  # anti-entropy; extra [digest | nil, reply_wanted]
     REPAIR_REQUEST = 4  # extra [request_id, since, limit, requester_version]
     REPAIR_REPLY = 5  # extra [request_id, upto, more, ready]
@@ -528,7 +530,8 @@ class Envelope:
     # ACK, and DATA with acks: the sender got a copy it held from us: announce to it instead
     # (mesh.lazy). Encoded only when set, so a frame without it is the same bytes as before.
     prune: bool = False
-    refs: tuple[tuple[str, int], ...] = ()  # IHAVE / GRAFT: (origin, seq) of the diffs named
+    # IHAVE / GRAFT: (origin, seq) of the diffs named; ACK and DATA: announcements riding
+    refs: tuple[tuple[str, int], ...] = ()
     digest: Mapping[str, int] | None = None  # GOSSIP
     reply_wanted: bool = False  # GOSSIP
     request_id: int = 0  # REPAIR_*
@@ -588,13 +591,13 @@ def _decode_digest(digest: dict) -> dict[str, int]:
 def _extra(env: Envelope) -> list[Any]:
     t = env.type
     if t is MsgType.DATA:
-        if env.prune:
-            return [env.batch_id, list(env.acks), True]
+        if env.prune or env.refs:
+            return [env.batch_id, list(env.acks), *_lazy_extra(env)]
         return [env.batch_id, list(env.acks)] if env.acks else [env.batch_id]
     if t is MsgType.ACK:
-        return [list(env.acks), True] if env.prune else [list(env.acks)]
+        return [list(env.acks), *_lazy_extra(env)] if env.prune or env.refs else [list(env.acks)]
     if t is MsgType.IHAVE or t is MsgType.GRAFT:
-        return [[[id_bytes(origin), seq] for origin, seq in env.refs]]
+        return [_encode_refs(env.refs)]
     if t is MsgType.GOSSIP:
         digest = None if env.digest is None else _encode_digest(env.digest)
         return [digest, env.reply_wanted]
@@ -604,6 +607,15 @@ def _extra(env: Envelope) -> list[Any]:
     if t is MsgType.REPAIR_REPLY:
         return [env.request_id, env.upto, env.more, env.ready]
     return [env.nonce]
+
+
+def _encode_refs(refs: tuple[tuple[str, int], ...]) -> list[list[Any]]:
+    return [[id_bytes(origin), seq] for origin, seq in refs]
+
+
+def _lazy_extra(env: Envelope) -> list[Any]:
+    """An ack's lazy-push tail: the prune flag, then the announcements riding, if any."""
+    return [env.prune, _encode_refs(env.refs)] if env.refs else [env.prune]
 
 
 def encode_envelope(env: Envelope) -> bytes:
@@ -661,19 +673,17 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     extra = _list(extra, "extra")
     if mtype is MsgType.DATA:
         data = _list(extra, "data")
-        if not 1 <= len(data) <= 3:
-            raise _fail("data: expected [batch_id], [batch_id, acks] or [batch_id, acks, prune]")
+        if not 1 <= len(data) <= 4:
+            raise _fail("data: expected [batch_id], [batch_id, acks], [batch_id, acks, prune] or [..., prune, refs]")
         fields["batch_id"] = _int(data[0], "batch_id")
         if len(data) >= 2:
             fields["acks"] = _decode_acks(data[1], limits)
-        if len(data) == 3:
-            fields["prune"] = _bool(data[2], "data prune")
+        _decode_lazy_extra(data[2:], "data", fields, limits)
     elif mtype is MsgType.ACK:
-        if not 1 <= len(extra) <= 2:
-            raise _fail("ack: expected [acks] or [acks, prune]")
+        if not 1 <= len(extra) <= 3:
+            raise _fail("ack: expected [acks], [acks, prune] or [acks, prune, refs]")
         fields["acks"] = _decode_acks(extra[0], limits)
-        if len(extra) == 2:
-            fields["prune"] = _bool(extra[1], "ack prune")
+        _decode_lazy_extra(extra[1:], "ack", fields, limits)
     elif mtype is MsgType.IHAVE or mtype is MsgType.GRAFT:
         fields["refs"] = _decode_refs(_list(extra, mtype.name.lower(), 1)[0], mtype.name.lower(), limits)
     elif mtype is MsgType.GOSSIP:
@@ -750,6 +760,14 @@ def _decode_haves(raw: Any) -> HaveSet:
             raise _fail("haves: bad span", Reason.OVERSIZED)
         spans[id_hex(_bin(origin, "haves origin"))] = (base, bitmap)
     return HaveSet(spans)
+
+
+def _decode_lazy_extra(tail: list, what: str, fields: dict[str, Any], limits: WireLimits) -> None:
+    """An ack's optional ``[prune(, refs)]`` (see :func:`_lazy_extra`)."""
+    if tail:
+        fields["prune"] = _bool(tail[0], f"{what} prune")
+    if len(tail) == 2:
+        fields["refs"] = _decode_refs(tail[1], f"{what} announcements", limits)
 
 
 def _decode_refs(raw: Any, what: str, limits: WireLimits) -> tuple[tuple[str, int], ...]:
