@@ -35,9 +35,10 @@ never touches a socket. Five parts, one module each:
   and only a walk toward unseen interest spends the hop budget (:class:`PartialView`);
   a relay that wanted the cell pushes along its links as they stand now, both ways
   (:mod:`mesh.links`). With ``lazy_push``, a relay's copies to a peer that was sent one it
-  had go as announcements, asked for when no other copy comes (:mod:`mesh.lazy`). Its gossip round goes to the live neighbour silent the longest when one
-  is due a probe, and is that probe (every partial-view node answers a round): no PING and
-  PONG besides the gossip, as long as the neighbours are alive.
+  had go as announcements, asked for when no other copy comes (:mod:`mesh.lazy`). Its
+  gossip round goes to the live neighbour silent the longest when one is due a probe, and
+  is that probe (every partial-view node answers a round): no PING and PONG besides the
+  gossip, as long as the neighbours are alive.
 * **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
   replay and clock skew; every diff for membership, signature and duplication. Each
   rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
@@ -112,7 +113,7 @@ class Counters:
     repairs_requested: int = 0
     # lazy push (mesh.lazy)
     prunes_sent: int = 0  # acks that asked their peer to announce to us instead
-    diffs_announced: int = 0  # (origin, seq) in IHAVE frames
+    diffs_announced: int = 0  # (origin, seq) announced, in IHAVE frames or riding on acks
     diffs_grafted: int = 0  # (origin, seq) asked for in GRAFT frames
     drops: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by reason
 
@@ -719,7 +720,8 @@ class MeshEngine:
         due = self._acks_due.setdefault(peer.node_id, [])
         due.append(env.batch_id)
         if len(due) >= _ACKS_HELD:
-            self._send(peer.address, MsgType.ACK, acks=self._take_acks(peer.node_id), **self._lazy_riders(peer.node_id))
+            acks = self._take_acks(peer.node_id)
+            self._send(peer.address, MsgType.ACK, acks=acks, **self._lazy_riders(peer.node_id))
         elif self._acks_at is None:
             self._acks_at = self._now + self.config.ack_delay_ms
 
@@ -793,7 +795,7 @@ class MeshEngine:
         """A peer announces diffs it holds: await those we lack (a graft if no copy comes), and
         send it none of them ourselves."""
         if self.lazy is None:
-            return  # we never pruned anyone, so this is none of ours: a copy of it still comes
+            return  # we prune no link, so none should announce to us: its copies still come
         for ref in env.refs:
             self.lazy.withdraw(peer.node_id, ref)
             self.counters.data_diffs_withdrawn += self.outbox.withdraw(peer.node_id, *ref)

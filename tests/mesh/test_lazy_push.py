@@ -263,7 +263,10 @@ def sealed(net, src: str, mtype: MsgType, extra: list) -> bytes:
     return engine._sealer.seal(engine.node_id, plain)
 
 
-@pytest.mark.parametrize("mtype, extra, reason", MALFORMED[:3] + MALFORMED[12:16], ids=lambda x: getattr(x, "name", None))
+BAD_FRAMES = MALFORMED[:3] + MALFORMED[12:16] + MALFORMED[-3:]
+
+
+@pytest.mark.parametrize("mtype, extra, reason", BAD_FRAMES, ids=lambda x: getattr(x, "name", None))
 def test_a_malformed_lazy_push_frame_is_dropped_and_changes_nothing(mtype, extra, reason):
     net, topic, frames = lazy_line()
     store(net, topic, 0)
