@@ -268,14 +268,11 @@ class MeshEngine:
             held_at = self._now if self.config.relay_hold_ms else None
             for peer_id in [p for p in self.outbox.ready if told_name(p) in names]:
                 self.counters.data_diffs_withdrawn += self.outbox.withdraw(peer_id, diff.origin, diff.seq, held_at)
-        if self.lazy is not None:  # nor announce it to them
-            ref = (diff.origin, diff.seq)
-            self.lazy.withdraw(sender_id, ref)
-            if diff.told:
-                names = told_names(diff.told)
-                for peer_id in self.lazy.pending_peers():
-                    if told_name(peer_id) in names:
-                        self.lazy.withdraw(peer_id, ref)
+        if self.lazy is not None:
+            # Nor announce it to the sender. To the nodes named, yes: an announcement waits far
+            # longer than a queued copy, time enough for the copies that named them to be
+            # withdrawn in turn, and it is what lets them ask if none comes.
+            self.lazy.withdraw(sender_id, (diff.origin, diff.seq))
 
     def _reachable(self, node_id: str) -> bool:
         """Partial view: a node we could send to now (see _enqueue)."""

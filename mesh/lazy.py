@@ -121,9 +121,6 @@ class LazyPush:
             del self._pending[peer_id]
             del self._announce_at[peer_id]
 
-    def pending_peers(self) -> list[str]:
-        return list(self._pending)
-
     def take_announcements(self, now: int) -> list[tuple[str, list[DiffRef]]]:
         """The peers whose announcements are due, each with its refs."""
         due = sorted(p for p, at in self._announce_at.items() if at <= now)
