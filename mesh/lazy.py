@@ -39,6 +39,7 @@ DiffRef = tuple[str, int]  # (origin, seq)
 
 _COPIES_KEPT = 4096  # announced copies kept for grafts; an older graft is left to repair
 _MISSING_KEPT = 4096  # announced diffs we lack, waiting for a copy; beyond, left to repair
+_PENDING_KEPT = 1024  # announcements waiting for one peer; beyond, left to repair
 _SENDERS_KEPT = 1 << 14  # who sent us each recent diff first (a resend of it is no duplicate)
 
 
@@ -65,9 +66,6 @@ class LazyPush:
         self._first_sender: collections.OrderedDict[DiffRef, str] = collections.OrderedDict()
 
     # -- links --------------------------------------------------------------------------
-
-    def is_lazy(self, peer_id: str) -> bool:
-        return peer_id in self.lazy
 
     def prune(self, peer_id: str) -> None:
         """The peer got a copy from us it had: announce to it from now on."""
@@ -105,6 +103,8 @@ class LazyPush:
         pending = self._pending.setdefault(peer_id, {})
         if not pending:
             self._announce_at[peer_id] = now + self.announce_interval
+        elif len(pending) >= _PENDING_KEPT:
+            return
         pending[ref] = None
         self._copies[ref] = (copy, energy)
         self._copies.move_to_end(ref)
