@@ -115,6 +115,14 @@ class MeshConfig:
     # same cell from other relays (whose told lists name whom they were sent to) can withdraw
     # them first (0: they leave at once). Adds up to this much latency per relay hop.
     relay_hold_ms: int = 0
+    # Partial view, lazy push (mesh.lazy, Plumtree): a relay's copies to a peer that was sent a
+    # copy it had go as announcements instead, gathered for ``lazy_announce_ms`` into one frame;
+    # an announced diff we lack waits ``lazy_graft_ms`` for a copy from elsewhere, then is asked
+    # for. Fewer duplicate frames and their acks, for up to that much more latency where the
+    # eager copies do not reach. No effect in the full view (nobody relays).
+    lazy_push: bool = False
+    lazy_announce_ms: int = 150
+    lazy_graft_ms: int = 100
 
     def __post_init__(self) -> None:
         """Refuse settings the engine cannot run on, naming the first: no negative count or

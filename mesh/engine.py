@@ -34,15 +34,17 @@ never touches a socket. Five parts, one module each:
   from ``peer`` diffs within the radius); recipients relay to the interests they know,
   and only a walk toward unseen interest spends the hop budget (:class:`PartialView`);
   a relay that wanted the cell pushes along its links as they stand now, both ways
-  (:mod:`mesh.links`). Its gossip round goes to the live neighbour silent the longest when one
-  is due a probe, and is that probe (every partial-view node answers a round): no PING and
-  PONG besides the gossip, as long as the neighbours are alive.
+  (:mod:`mesh.links`). With ``lazy_push``, a relay's copies to a peer that was sent one it
+  had go as announcements, asked for when no other copy comes (:mod:`mesh.lazy`). Its
+  gossip round goes to the live neighbour silent the longest when one is due a probe, and
+  is that probe (every partial-view node answers a round): no PING and PONG besides the
+  gossip, as long as the neighbours are alive.
 * **admission** (here): every frame is opened (AEAD), decoded (strict), checked for
   replay and clock skew; every diff for membership, signature and duplication. Each
   rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
   for bad input.
 
-Timers are named (``gossip``, ``liveness``, ``repair``, ``outbox``); each firing
+Timers are named (``gossip``, ``liveness``, ``repair``, ``outbox``, ``ack``, ``lazy``); each firing
 re-arms its own timer, and ``SetTimer`` is emitted only when a deadline changes.
 """
 
@@ -65,6 +67,7 @@ from .events import (
 )  # fmt: skip
 from .haves import HaveSet
 from .identity import NodeIdentity, node_id_for
+from .lazy import LazyPush
 from .links import InboundLinks
 from .membership import Keyring, Liveness, Peer, PeerState, PeerTable
 from .memory import DiffLog
@@ -84,11 +87,12 @@ __all__ = ["MeshEngine", "Counters"]
 Signer = Callable[[bytes], bytes]
 Verifier = Callable[[bytes, bytes, bytes], bool]  # (public_key, signature, message)
 
-_GOSSIP, _LIVENESS, _REPAIR, _OUTBOX, _ACK = "gossip", "liveness", "repair", "outbox", "ack"
+_GOSSIP, _LIVENESS, _REPAIR, _OUTBOX, _ACK, _LAZY = "gossip", "liveness", "repair", "outbox", "ack", "lazy"
 _ACKS_HELD = 64  # delayed acks for one peer beyond this go at once
 _OUT_OF_RADIUS = "out_of_radius"  # a control diff from farther than the interest radius (partial view)
 _OFFER_DECLINED = "offer_declined"  # an offered node no nearer our interest than our chosen neighbours
 _REPAIR_RESENDS = 2  # an unanswered repair request is sent again this often; then the periodic round covers
+_GRAFT_UNKNOWN = "graft_unknown"  # a graft for a diff we no longer keep (or never announced)
 _RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
 
 
@@ -107,6 +111,10 @@ class Counters:
     diffs_accepted: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by kind
     cells_delivered: int = 0
     repairs_requested: int = 0
+    # lazy push (mesh.lazy)
+    prunes_sent: int = 0  # acks that asked their peer to announce to us instead
+    diffs_announced: int = 0  # (origin, seq) announced, in IHAVE frames or riding on acks
+    diffs_grafted: int = 0  # (origin, seq) asked for in GRAFT frames
     drops: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by reason
 
 
@@ -184,6 +192,11 @@ class MeshEngine:
             busy_pacing_ms=config.busy_flush_interval_ms,
         )  # fmt: skip
         self.repair = RepairClient(config.repair_timeout_ms)
+        # A graft unanswered in an ack timeout goes to the next announcer.
+        self.lazy = LazyPush(config.lazy_announce_ms, config.lazy_graft_ms, config.ack_timeout_ms) if (
+            self.partial and config.lazy_push
+        ) else None  # fmt: skip
+        self._prunes_due: set[str] = set()  # peers our next ack to asks to prune (lazy push)
         self.owed = Owed(config.send_queue_limit)  # dropped for a peer: offered again when it comes back
         self.counters = Counters()
         self._seq = store.max_seq(self.node_id)
@@ -221,6 +234,7 @@ class MeshEngine:
             MsgType.DATA: self._on_data, MsgType.ACK: self._on_ack, MsgType.GOSSIP: self._on_gossip,
             MsgType.REPAIR_REQUEST: self._on_repair_request, MsgType.REPAIR_REPLY: self._on_repair_reply,
             MsgType.PING: self._on_ping, MsgType.PONG: lambda env, peer: None,
+            MsgType.IHAVE: self._on_ihave, MsgType.GRAFT: self._on_graft,
         }  # fmt: skip
 
     def _near(self, hops: int) -> Callable[[set[str]], set[str]] | None:
@@ -254,6 +268,11 @@ class MeshEngine:
             held_at = self._now if self.config.relay_hold_ms else None
             for peer_id in [p for p in self.outbox.ready if told_name(p) in names]:
                 self.counters.data_diffs_withdrawn += self.outbox.withdraw(peer_id, diff.origin, diff.seq, held_at)
+        if self.lazy is not None:
+            # Nor announce it to the sender. To the nodes named, yes: an announcement waits far
+            # longer than a queued copy, time enough for the copies that named them to be
+            # withdrawn in turn, and it is what lets them ask if none comes.
+            self.lazy.withdraw(sender_id, (diff.origin, diff.seq))
 
     def _reachable(self, node_id: str) -> bool:
         """Partial view: a node we could send to now (see _enqueue)."""
@@ -420,6 +439,8 @@ class MeshEngine:
             self._expire_batches()
         elif event.name == _ACK:
             self._send_delayed_acks()
+        elif event.name == _LAZY:
+            self._lazy_round()
 
     def _arm_timers(self) -> None:
         self._timers[_OUTBOX] = self.outbox.next_deadline()  # type: ignore[assignment]
@@ -428,6 +449,8 @@ class MeshEngine:
         if self._next_repair_at is not None:
             repair_at = min(repair_at, self._next_repair_at)
         self._timers[_REPAIR] = repair_at  # type: ignore[assignment]
+        if self.lazy is not None:
+            self._timers[_LAZY] = self.lazy.next_deadline()  # type: ignore[assignment]
         for name, at in self._timers.items():
             if at is not None and self._armed.get(name) != at:
                 self._armed[name] = at
@@ -511,7 +534,7 @@ class MeshEngine:
         self.counters.data_diffs_resent += sum(1 for _, attempts, _ in batch.items if attempts > 1)
         self._send(
             peer.address, MsgType.DATA, tuple(d for _, _, d in batch.items), batch_id=batch.batch_id,
-            acks=self._take_acks(peer.node_id), in_reply=in_reply,
+            acks=self._take_acks(peer.node_id), in_reply=in_reply, **self._lazy_riders(peer.node_id),
         )  # fmt: skip
 
     def _take_acks(self, peer_id: str) -> tuple[int, ...]:
@@ -521,13 +544,26 @@ class MeshEngine:
             self._acks_at = None
         return tuple(acks) if acks else ()
 
+    def _lazy_riders(self, peer_id: str) -> dict[str, Any]:
+        """What rides on the acks now going to a peer (lazy push): a prune, if it sent us a copy
+        we had, and our announcements waiting for it, which need no frame of their own now."""
+        if self.lazy is None:
+            return {}
+        prune = peer_id in self._prunes_due
+        if prune:
+            self._prunes_due.discard(peer_id)
+            self.counters.prunes_sent += 1
+        refs = self.lazy.take_announcements_for(peer_id, self.config.limits.max_diffs)
+        self.counters.diffs_announced += len(refs)
+        return {"prune": prune, "refs": tuple(refs)}
+
     def _send_delayed_acks(self) -> None:
         """No data frame went to these peers in time for their acks to ride on: send them alone."""
         for peer_id in list(self._acks_due):
             peer = self.peers.get(peer_id)
-            acks = self._take_acks(peer_id)
+            acks, riders = self._take_acks(peer_id), self._lazy_riders(peer_id)
             if peer is not None:
-                self._send(peer.address, MsgType.ACK, acks=acks)
+                self._send(peer.address, MsgType.ACK, acks=acks, **riders)
         self._acks_at = None
 
     def _drop_for(self, peer_id: str) -> None:
@@ -668,25 +704,31 @@ class MeshEngine:
     # -- receiving: the data plane -----------------------------------------------------
 
     def _on_data(self, env: Envelope, peer: Peer) -> None:
-        if env.acks:
+        if env.acks or env.prune or env.refs:
             self._on_ack(env, peer)
         for diff in env.diffs:
             self._accept_data(diff, env, peer, relay=True)
         if not self._in_response:
-            self._send(peer.address, MsgType.ACK, acks=(*self._take_acks(peer.node_id), env.batch_id), in_reply=True)
+            acks = (*self._take_acks(peer.node_id), env.batch_id)
+            self._send(peer.address, MsgType.ACK, acks=acks, in_reply=True, **self._lazy_riders(peer.node_id))
             return
         # It came back in the response to one of ours: an ack now would be an exchange of its own,
         # so it waits a little to ride on our next data frame to that peer.
         due = self._acks_due.setdefault(peer.node_id, [])
         due.append(env.batch_id)
         if len(due) >= _ACKS_HELD:
-            self._send(peer.address, MsgType.ACK, acks=self._take_acks(peer.node_id))
+            acks = self._take_acks(peer.node_id)
+            self._send(peer.address, MsgType.ACK, acks=acks, **self._lazy_riders(peer.node_id))
         elif self._acks_at is None:
             self._acks_at = self._now + self.config.ack_delay_ms
 
     def _on_ack(self, env: Envelope, peer: Peer) -> None:
         for batch_id in env.acks:
             self.outbox.acked(peer.node_id, batch_id, self._now)
+        if env.prune and self.lazy is not None:
+            self.lazy.prune(peer.node_id)
+        if env.refs:
+            self._on_ihave(env, peer)
 
     def _accept_data(self, diff: Diff, env: Envelope, sender: Peer, relay: bool) -> None:
         if diff.kind not in DATA_KINDS:
@@ -696,11 +738,19 @@ class MeshEngine:
             self._drop(Reason.DUPLICATE)
             if self.partial:
                 self._withdraw_copies(diff, sender.node_id)
+            # A relay's copy we had: its link to us is one copy too many (not the origin's push,
+            # nor a resend of the copy it sent first).
+            if relay and self.lazy is not None and sender.node_id != diff.origin and (
+                self.lazy.should_prune((diff.origin, diff.seq), sender.node_id)
+            ):  # fmt: skip
+                self._prunes_due.add(sender.node_id)
             return
         if not self._admit(diff, env):
             return
         self.store.put(diff, self._now)
         self._receipts.append((self._now, diff.origin, diff.seq))
+        if self.lazy is not None:
+            self.lazy.received((diff.origin, diff.seq), sender.node_id)
         self.counters.diffs_accepted[diff.kind.name.lower()] += 1
         p = diff.payload
         cell: CellPayload | None = None
@@ -717,6 +767,12 @@ class MeshEngine:
             if targets:
                 e0 = self.energy.initial(cell.salience, cell.cell_type)
                 onward_to = sorted(targets - {diff.origin, sender.node_id, self.node_id})
+                announce_to: list[str] = []
+                if self.lazy is not None and self.lazy.lazy:  # a walk hop is the only copy on its way
+                    walked, lazy = self.router.walked, self.lazy.lazy
+                    announce_to = [p for p in onward_to if p in lazy and p not in walked]
+                    if announce_to:
+                        onward_to = [p for p in onward_to if p not in lazy or p in walked]
                 told = self._told(onward_to, diff.told)
                 # A push to known interest may meet other holders' copies (see _withdraw_copies);
                 # a walk hop goes where none is known to be going: no hold.
@@ -724,6 +780,57 @@ class MeshEngine:
                 for peer_id in onward_to:
                     onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id), told=told)
                     self._enqueue(peer_id, onward, e0, 0 if peer_id in self.router.walked else hold_until)
+                if announce_to:
+                    ttl = self.router.onward_ttl(diff, announce_to[0])  # none is a walk hop: all alike
+                    onward = diff.routed(hops=diff.hops + 1, ttl=ttl, told=told)
+                    for peer_id in announce_to:
+                        self.lazy.announce(peer_id, onward, e0, self._now)  # type: ignore[union-attr]
+
+    # -- lazy push (mesh.lazy) -----------------------------------------------------------
+
+    def _on_ihave(self, env: Envelope, peer: Peer) -> None:
+        """A peer announces diffs it holds: await those we lack (a graft if no copy comes), and
+        send it none of them ourselves."""
+        if self.lazy is None:
+            return  # we prune no link, so none should announce to us: its copies still come
+        for ref in env.refs:
+            self.lazy.withdraw(peer.node_id, ref)
+            self.counters.data_diffs_withdrawn += self.outbox.withdraw(peer.node_id, *ref)
+            if not self.store.has(*ref) and ref[0] != self.node_id:
+                self.lazy.announced(ref, peer.node_id, self._now)
+
+    def _on_graft(self, env: Envelope, peer: Peer) -> None:
+        """A peer asks for diffs we announced to it: push them as any copy, and push to it again."""
+        if self.lazy is None:
+            return
+        self.lazy.graft(peer.node_id)
+        for ref in env.refs:
+            kept = self.lazy.copy_for(ref)
+            if kept is None:
+                self._drop(_GRAFT_UNKNOWN)  # announced too long ago (or never): repair has it
+                continue
+            self._enqueue(peer.node_id, *kept)
+
+    def _lazy_round(self) -> None:
+        """Send the announcements that are due, and graft what was announced and did not come."""
+        lazy, limit = self.lazy, self.config.limits.max_diffs
+        assert lazy is not None
+        for peer_id, refs in lazy.take_announcements(self._now):
+            peer = self.peers.get(peer_id)
+            if peer is None or peer.state is PeerState.DEAD:
+                continue
+            for k in range(0, len(refs), limit):
+                self._send(peer.address, MsgType.IHAVE, refs=tuple(refs[k : k + limit]))
+            self.counters.diffs_announced += len(refs)
+        for peer_id, refs in lazy.take_grafts(self._now, self._graftable):
+            peer = self.peers.get(peer_id)
+            for k in range(0, len(refs), limit):
+                self._send(peer.address, MsgType.GRAFT, refs=tuple(refs[k : k + limit]))  # type: ignore[union-attr]
+            self.counters.diffs_grafted += len(refs)
+
+    def _graftable(self, peer_id: str) -> bool:
+        peer = self.peers.get(peer_id)
+        return peer is not None and peer.state is not PeerState.DEAD
 
     # -- receiving: the control plane --------------------------------------------------
 
@@ -953,6 +1060,9 @@ class MeshEngine:
         self._out.append(PeerStateChanged(peer.node_id, peer.address, new.value))
         if new is PeerState.DEAD:
             self._drop_for(peer.node_id)
+            if self.lazy is not None:
+                self.lazy.forget(peer.node_id)
+                self._prunes_due.discard(peer.node_id)
             self.repair.forget(peer.node_id)
             self._repair_unanswered.pop(peer.node_id, None)
             self._catching_up.discard(peer.node_id)

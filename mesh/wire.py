@@ -80,13 +80,17 @@ DATA_KINDS = frozenset({DiffKind.CELL, DiffKind.TOMBSTONE})
 
 
 class MsgType(enum.IntEnum):
-    DATA = 1  # pushed data diffs; extra [batch_id] or [batch_id, [acked batch_id...]]
-    ACK = 2  # extra [[batch_id...]]
+    # pushed data diffs; extra [batch_id], [batch_id, [acked batch_id...]], [..., prune] or
+    # [..., prune, [[origin, seq]...]] (announcements riding, see IHAVE)
+    DATA = 1
+    ACK = 2  # extra [[batch_id...]], [[batch_id...], prune] or [..., prune, [[origin, seq]...]]
     GOSSIP = 3  # anti-entropy; extra [digest | nil, reply_wanted]
     REPAIR_REQUEST = 4  # extra [request_id, since, limit, requester_version]
     REPAIR_REPLY = 5  # extra [request_id, upto, more, ready]
     PING = 6  # extra [nonce]
     PONG = 7  # extra [nonce]
+    IHAVE = 8  # lazy push (mesh.lazy): diffs the sender holds; extra [[[origin, seq]...]]
+    GRAFT = 9  # lazy push: send me these announced diffs; extra [[[origin, seq]...]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -523,6 +527,11 @@ class Envelope:
     diffs: tuple[Diff, ...] = ()
     batch_id: int = 0  # DATA
     acks: tuple[int, ...] = ()  # ACK, and DATA: acks riding on a data frame
+    # ACK, and DATA with acks: the sender got a copy it held from us: announce to it instead
+    # (mesh.lazy). Encoded only when set, so a frame without it is the same bytes as before.
+    prune: bool = False
+    # IHAVE / GRAFT: (origin, seq) of the diffs named; ACK and DATA: announcements riding
+    refs: tuple[tuple[str, int], ...] = ()
     digest: Mapping[str, int] | None = None  # GOSSIP
     reply_wanted: bool = False  # GOSSIP
     request_id: int = 0  # REPAIR_*
@@ -582,9 +591,13 @@ def _decode_digest(digest: dict) -> dict[str, int]:
 def _extra(env: Envelope) -> list[Any]:
     t = env.type
     if t is MsgType.DATA:
+        if env.prune or env.refs:
+            return [env.batch_id, list(env.acks), *_lazy_extra(env)]
         return [env.batch_id, list(env.acks)] if env.acks else [env.batch_id]
     if t is MsgType.ACK:
-        return [list(env.acks)]
+        return [list(env.acks), *_lazy_extra(env)] if env.prune or env.refs else [list(env.acks)]
+    if t is MsgType.IHAVE or t is MsgType.GRAFT:
+        return [_encode_refs(env.refs)]
     if t is MsgType.GOSSIP:
         digest = None if env.digest is None else _encode_digest(env.digest)
         return [digest, env.reply_wanted]
@@ -594,6 +607,15 @@ def _extra(env: Envelope) -> list[Any]:
     if t is MsgType.REPAIR_REPLY:
         return [env.request_id, env.upto, env.more, env.ready]
     return [env.nonce]
+
+
+def _encode_refs(refs: tuple[tuple[str, int], ...]) -> list[list[Any]]:
+    return [[id_bytes(origin), seq] for origin, seq in refs]
+
+
+def _lazy_extra(env: Envelope) -> list[Any]:
+    """An ack's lazy-push tail: the prune flag, then the announcements riding, if any."""
+    return [env.prune, _encode_refs(env.refs)] if env.refs else [env.prune]
 
 
 def encode_envelope(env: Envelope) -> bytes:
@@ -651,13 +673,19 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
     extra = _list(extra, "extra")
     if mtype is MsgType.DATA:
         data = _list(extra, "data")
-        if not 1 <= len(data) <= 2:
-            raise _fail("data: expected [batch_id] or [batch_id, acks]")
+        if not 1 <= len(data) <= 4:
+            raise _fail("data: expected [batch_id], [batch_id, acks], [batch_id, acks, prune] or [..., prune, refs]")
         fields["batch_id"] = _int(data[0], "batch_id")
-        if len(data) == 2:
+        if len(data) >= 2:
             fields["acks"] = _decode_acks(data[1], limits)
+        _decode_lazy_extra(data[2:], "data", fields, limits)
     elif mtype is MsgType.ACK:
-        fields["acks"] = _decode_acks(_list(extra, "ack", 1)[0], limits)
+        if not 1 <= len(extra) <= 3:
+            raise _fail("ack: expected [acks], [acks, prune] or [acks, prune, refs]")
+        fields["acks"] = _decode_acks(extra[0], limits)
+        _decode_lazy_extra(extra[1:], "ack", fields, limits)
+    elif mtype is MsgType.IHAVE or mtype is MsgType.GRAFT:
+        fields["refs"] = _decode_refs(_list(extra, mtype.name.lower(), 1)[0], mtype.name.lower(), limits)
     elif mtype is MsgType.GOSSIP:
         digest, reply_wanted = _list(extra, "gossip", 2)
         if digest is not None:
@@ -734,7 +762,34 @@ def _decode_haves(raw: Any) -> HaveSet:
     return HaveSet(spans)
 
 
-def _bool(v: Any) -> bool:
+def _decode_lazy_extra(tail: list, what: str, fields: dict[str, Any], limits: WireLimits) -> None:
+    """An ack's optional ``[prune(, refs)]`` (see :func:`_lazy_extra`)."""
+    if tail:
+        fields["prune"] = _bool(tail[0], f"{what} prune")
+    if len(tail) == 2:
+        fields["refs"] = _decode_refs(tail[1], f"{what} announcements", limits)
+
+
+def _decode_refs(raw: Any, what: str, limits: WireLimits) -> tuple[tuple[str, int], ...]:
+    """An IHAVE's or GRAFT's ``[[origin, seq]...]``: one to ``max_diffs`` diffs, each named once."""
+    entries = _list(raw, f"{what} diffs")
+    if not entries:
+        raise _fail(f"{what}: names no diff")
+    if len(entries) > limits.max_diffs:
+        raise _fail(f"{what}: {len(entries)} diffs named", Reason.TOO_MANY_DIFFS)
+    refs = []
+    for entry in entries:
+        origin, seq = _list(entry, f"{what} entry", 2)
+        seq = _int(seq, f"{what} seq")
+        if seq < 1:
+            raise _fail(f"{what} seq: must be positive")
+        refs.append((id_hex(_bin(origin, f"{what} origin", _ORIGIN_BYTES)), seq))
+    if len(set(refs)) < len(refs):
+        raise _fail(f"{what}: a diff named twice")
+    return tuple(refs)
+
+
+def _bool(v: Any, what: str = "") -> bool:
     if not isinstance(v, bool):
-        raise _fail("expected a boolean")
+        raise _fail(f"{what}: expected a boolean" if what else "expected a boolean")
     return v
