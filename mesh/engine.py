@@ -869,25 +869,36 @@ class MeshEngine:
         ``peer_id``'s, which its ``digest`` lacks and our answer is not ``sending`` it already.
         Ranked down our view by its interest, we stop at the ``interest_neighbours``-th node it
         knows (or is being sent): past that, as far as we can tell, none would be nearer than
-        those it has, and it would decline them. So a converged overlay offers nothing. Marked
-        one hop beyond the radius (``hops``), which a node without offers drops as out of radius."""
+        those it has, and it would decline them; nor does it keep those before it that are not
+        nearer than it by ``choice_margin``, so they are left out too. So a converged overlay
+        offers nothing. Marked one hop beyond the radius (``hops``), which a node without offers
+        drops as out of radius."""
         probes = self.beacons.vectors_of(peer_id)
         if not probes:
             return []
         want, offers = self.config.interest_neighbours, self.config.interest_offers
-        out: list[Diff] = []
-        size, offered, known = 0, 0, 0
-        hops = self.config.interest_radius + 1
+        candidates: list[str] = []
+        known = 0
         for node_id in self.beacons.nearest_owners(probes, want + offers + 1):
             if node_id == peer_id:
                 continue
             if node_id in digest or node_id in sending:
                 known += 1
                 if known >= max(1, want):
+                    # The asker's farthest chosen neighbour, as far as we can tell: it keeps only
+                    # nodes nearer than that by the margin, so offering the rest would be wasted
+                    # (and offered again every round, since its digest never shows them).
+                    if margin := self.config.choice_margin:
+                        bar = self.beacons.closeness(node_id, probes) + margin
+                        candidates = [c for c in candidates if self.beacons.closeness(c, probes) > bar]
                     break
                 continue
-            if not self._reachable(node_id):
-                continue
+            if self._reachable(node_id):
+                candidates.append(node_id)
+        out: list[Diff] = []
+        size, offered = 0, 0
+        hops = self.config.interest_radius + 1
+        for node_id in candidates:
             diffs = sorted(self.control.entries(node_id), key=lambda d: d.seq)  # a prefix of the origin's
             cost = sum(d.size for d in diffs)
             if len(out) + len(diffs) > max_diffs or size + cost > max_bytes:

@@ -111,6 +111,36 @@ def test_an_offer_no_nearer_than_the_chosen_neighbours_is_declined():
     assert neighbours(net, "a") == {*seeds, "h"}
 
 
+def test_an_answer_leaves_out_nodes_the_asker_would_decline():
+    # a's beacon is the topic itself; it holds x0..x3 (closeness 0.9)
+    # (its seeds: they count as chosen) before it meets the hub, which knows them too, and y (0.92) and w (0.99). y ranks above
+    # x0..x3 but not by the choice margin (0.05): a would decline it, so no answer offers it
+    # (else every round would, a's digest never showing it). w is nearer by more: offered, kept.
+    net = VirtualNetwork(seed=5)
+    team = Team.create()
+    others = {f"x{i}": near(TOPIC, 0.9, seed=20 + i) for i in range(4)}
+    others |= {"y": near(TOPIC, 0.92, seed=30), "w": near(TOPIC, 0.99, seed=31)}
+    for name, vector in {"h": None, **others, "a": TOPIC}.items():
+        net.add(make_engine(name, team, ENERGY, seed=5, fast=True, view="partial", interest_radius=1,
+                            interest_neighbours=4 if name in ("a", "h") else 0))  # fmt: skip
+        net.start(name)
+        if vector is not None:
+            net.inject(name, BeaconPlaced(beacon(vector, agent=f"agent-{name}")))
+    for name in others:
+        net.inject(name, PeerDiscovered("h"))
+        if name.startswith("x"):
+            net.inject("a", PeerDiscovered(name))
+    net.run_for(20_000)
+    assert neighbours(net, "a") == {f"x{i}" for i in range(4)}
+    net.inject("a", PeerDiscovered("h"))
+    seen = offers_seen(net)
+    net.run_for(20_000)
+    offered_to_a = set().union(*(offered for _, dst, offered in seen if dst == "a"))
+    assert net.hosts["w"].node_id in offered_to_a and knows(net, "a", "w")
+    assert net.hosts["y"].node_id not in offered_to_a and not knows(net, "a", "y")
+    assert net.hosts["a"].engine.counters.drops["offer_declined"] == 0
+
+
 def test_offers_die_down_as_the_overlay_converges():
     net, _ = community_mesh(interest_neighbours=4)
     seen = offers_seen(net)
