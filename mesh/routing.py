@@ -62,7 +62,9 @@ class _Group:
         self.dim = dim
         self.n = 0
         self.dead = 0
-        self.filtered = 0  # rows appended with an expiry, salience floor, types or project
+        # Rows appended with each filter: a column no row uses is not looked at (most beacons
+        # set no filter, and a cell's match runs at every hop).
+        self.expiring = self.floored = self.typed = self.projected = self.scoped = 0
         self._alloc(8)
 
     def _alloc(self, cap: int) -> None:
@@ -71,7 +73,7 @@ class _Group:
             "matrix": np.zeros((cap, self.dim), np.float32), "threshold": np.zeros(cap, np.float32),
             "expires": np.zeros(cap, np.int64), "min_salience": np.zeros(cap, np.float32),
             "types": np.zeros(cap, np.int64), "project": np.zeros(cap, np.int64),
-            "agent": np.zeros(cap, np.int64), "alive": np.zeros(cap, bool),
+            "agent": np.zeros(cap, np.int64), "owner": np.zeros(cap, np.int64), "alive": np.zeros(cap, bool),
         }  # fmt: skip
         for name, array in cols.items():
             if old is not None:
@@ -91,12 +93,47 @@ class _Group:
         self.types[i] = 0 if not b.cell_types else codes.type_mask(b.cell_types)
         self.project[i] = _ANY if b.project is None else codes.project(b.project)
         self.agent[i] = codes.agent(b.agent_id)
+        self.owner[i] = codes.owner(entry.owner)
         self.alive[i] = True
-        if b.expires_at is not None or b.min_salience is not None or b.cell_types or b.project is not None:
-            self.filtered += 1
+        self.expiring += b.expires_at is not None
+        self.floored += b.min_salience is not None
+        self.typed += bool(b.cell_types)
+        self.projected += b.project is not None
+        self.scoped += bool(b.scope_projects)
         self.entries.append(entry)
         self.n += 1
         return i
+
+    def kill(self, row: int) -> IndexedBeacon | None:
+        """Take a row out: never matched again (an infinite threshold), compacted away later."""
+        entry = self.entries[row]
+        self.alive[row] = False
+        self.threshold[row] = np.inf
+        self.entries[row] = None
+        self.dead += 1
+        return entry
+
+    def matching(self, cell: CellPayload, e0: float, now: int, energy: EnergyParams, codes: "_Codes") -> np.ndarray:
+        """Which rows accept ``cell`` (a bool per row), all but the per-row project scope."""
+        n = self.n
+        # Dead rows hold an infinite threshold: no alive column to combine.
+        ok = (self.matrix[:n] @ cell.embedding) >= energy.match_threshold(self.threshold[:n], e0)
+        if not ok.any():
+            return ok
+        if self.expiring:
+            ok &= self.expires[:n] > now
+        if self.floored:
+            ok &= self.min_salience[:n] <= cell.salience
+        if self.typed:
+            types = self.types[:n]
+            ok &= (types == 0) | ((types & codes.type_bit(cell.cell_type)) != 0)
+        if self.projected:
+            projects = self.project[:n]
+            ok &= (projects == _ANY) | (projects == codes.project_if_known(cell.project))
+        agent = codes.agent_if_known(cell.source_agent)
+        if agent != _NONE:
+            ok &= self.agent[:n] != agent
+        return ok
 
 
 class _Codes:
@@ -106,6 +143,15 @@ class _Codes:
         self._projects: dict[str, int] = {}
         self._agents: dict[str, int] = {}
         self._types: dict[str, int] = {}
+        self._owners: dict[str, int] = {}
+        self.owner_ids: list[str] = []  # by code
+
+    def owner(self, node_id: str) -> int:
+        code = self._owners.get(node_id)
+        if code is None:
+            code = self._owners[node_id] = len(self.owner_ids)
+            self.owner_ids.append(node_id)
+        return code
 
     def project(self, name: str) -> int:
         return self._projects.setdefault(name, len(self._projects))
@@ -158,10 +204,7 @@ class BeaconIndex:
         if found is None:
             return None
         group, row = found
-        entry = group.entries[row]
-        group.alive[row] = False
-        group.entries[row] = None
-        group.dead += 1
+        entry = group.kill(row)
         if entry is not None:
             owned = self._by_owner.get(entry.owner, {})
             owned.pop(beacon_id, None)
@@ -232,32 +275,31 @@ class BeaconIndex:
 
     def match(self, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> list[IndexedBeacon]:
         """Every live beacon that accepts ``cell`` (DESIGN §4 matching and filters)."""
+        group = self._group_for(cell)
+        if group is None:
+            return []
+        ok = group.matching(cell, e0, now, energy, self._codes)
+        entries = [group.entries[row] for row in np.flatnonzero(ok).tolist()]
+        if cell.project is not None and group.scoped:
+            return [e for e in entries if not e.beacon.scope_projects or cell.project in e.beacon.scope_projects]  # type: ignore[union-attr]
+        return entries  # type: ignore[return-value]
+
+    def match_owners(self, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> set[str]:
+        """The owners of the beacons :meth:`match` returns (routing needs no more, and reads the
+        owners off a column instead of visiting each beacon: a relay matches dozens)."""
+        group = self._group_for(cell)
+        if group is None:
+            return set()
+        if cell.project is not None and group.scoped:
+            return {e.owner for e in self.match(cell, e0, now, energy)}
+        ok = group.matching(cell, e0, now, energy, self._codes)
+        return set(map(self._codes.owner_ids.__getitem__, group.owner[: group.n][ok].tolist()))
+
+    def _group_for(self, cell: CellPayload) -> _Group | None:
         group = self._groups.get((cell.tenant_id, cell.embedding_space))
         if group is None or group.n == group.dead or cell.embedding.shape != (group.dim,):
-            return []
-        n, codes = group.n, self._codes
-        sims = group.matrix[:n] @ cell.embedding
-        ok = group.alive[:n] & (sims >= energy.match_threshold(group.threshold[:n], e0))
-        if not ok.any():
-            return []
-        if group.filtered:  # most beacons set no filter: then these columns hold no news
-            ok &= group.expires[:n] > now
-            ok &= group.min_salience[:n] <= cell.salience
-            types = group.types[:n]
-            ok &= (types == 0) | ((types & codes.type_bit(cell.cell_type)) != 0)
-            projects = group.project[:n]
-            ok &= (projects == _ANY) | (projects == codes.project_if_known(cell.project))
-        agent = codes.agent_if_known(cell.source_agent)
-        if agent != _NONE:
-            ok &= group.agent[:n] != agent
-        out = []
-        for row in np.flatnonzero(ok).tolist():
-            entry = group.entries[row]
-            scope = entry.beacon.scope_projects
-            if cell.project is not None and scope and cell.project not in scope:
-                continue
-            out.append(entry)
-        return out
+            return None
+        return group
 
 
 def accepts(entry: IndexedBeacon, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> bool:
@@ -315,7 +357,7 @@ class FullView:
 
     def origin_targets(self, diff: Diff, cell: CellPayload, now: int) -> set[str]:
         e0 = self.energy.initial(cell.salience, cell.cell_type)
-        return {e.owner for e in self.index.match(cell, e0, now, self.energy)} - {self.self_id}
+        return self.index.match_owners(cell, e0, now, self.energy) - {self.self_id}
 
     def relay_targets(self, diff: Diff, cell: CellPayload | None, sender: str, now: int) -> set[str]:
         return set()
@@ -367,8 +409,8 @@ class PartialView:
     ) -> set[str]:
         self.walked = frozenset()
         e0 = self.energy.initial(cell.salience, cell.cell_type)
-        owners = {e.owner for e in self.index.match(cell, e0, now, self.energy)} - exclude
-        wanted = relay and bool(self.mine.match(cell, e0, now, self.energy))
+        owners = self.index.match_owners(cell, e0, now, self.energy) - exclude
+        wanted = relay and bool(self.mine.match_owners(cell, e0, now, self.energy))
         if wanted and self.near is not None:
             # A leaf of the spread (no interest linked to it) pushes to all it knows: else
             # the spread would end here, and few-wanted cells are where it ends (at N=1,000,

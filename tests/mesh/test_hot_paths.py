@@ -261,8 +261,8 @@ def test_the_nearest_owners_are_ranked_by_their_best_beacon_then_by_id(seed, cou
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), filtered=st.floats(0, 1))
 def test_the_bulk_match_accepts_exactly_the_beacons_the_scalar_rule_does(seed, filtered):
-    # BeaconIndex.match skips the filter columns of a group where no beacon set a filter, and
-    # the agent column for an agent that owns no beacon: the answers of `accepts`, row by row.
+    # BeaconIndex.match skips the filter columns no beacon of the group set, and the agent
+    # column for an agent that owns no beacon: the answers of `accepts`, row by row.
     from mesh.routing import BeaconIndex, accepts
     from mesh.wire import CellPayload
     from node.energy import EnergyModel
@@ -294,3 +294,6 @@ def test_the_bulk_match_accepts_exactly_the_beacons_the_scalar_rule_does(seed, f
         want = sorted(e.beacon.beacon_id for o in {f"o{i}" for i in range(7)} for e in by_rule(o)
                       if accepts(e, cell, e0, now, energy))  # fmt: skip
         assert got == want
+        # the routers' form: the owners of those beacons, read off a column
+        assert index.match_owners(cell, e0, now, energy) == {o for o in {f"o{i}" for i in range(7)}
+                                                             for e in by_rule(o) if e.beacon.beacon_id in want}

@@ -39,19 +39,20 @@ def test_partial_view_is_the_engines_partial_policy(monkeypatch):
 
 
 def test_hyphae_follows_the_engines_matching(monkeypatch):
-    """Matching lives in mesh.routing.BeaconIndex: loosen it and precision falls."""
+    """Matching lives in mesh.routing's beacon index (its groups' ``matching``, behind
+    ``BeaconIndex.match`` and ``match_owners``): loosen it and precision falls."""
     cfg = RunConfig(nodes=6, stores=6, seed=7, strategies=("hyphae",), dim=16, topics=3, beacons_per_node=1,
                     drain_ms=5000)  # fmt: skip
-    everyone = routing.BeaconIndex.match
+    everyone = routing._Group.matching
 
-    def match_all(self, cell, e0, now, energy):
+    def match_all(self, cell, e0, now, energy, codes):
         class Loose:
             def match_threshold(self, tau, e0):
                 return tau - 2.0
 
-        return everyone(self, cell, e0, now, Loose())
+        return everyone(self, cell, e0, now, Loose(), codes)
 
-    monkeypatch.setattr(routing.BeaconIndex, "match", match_all)
+    monkeypatch.setattr(routing._Group, "matching", match_all)
     s = run(cfg).summary["strategies"]["hyphae"]
     assert s["precision"] < 1.0
 
