@@ -195,6 +195,7 @@ def _fewer_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
+        gc.unfreeze()  # a strategy may freeze what it keeps for the run (see strategies)
 
 
 def write(result: RunResult, out: Path) -> None:

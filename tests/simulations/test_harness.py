@@ -253,8 +253,9 @@ def test_energy_overrides_reach_the_engine_and_the_ground_truth():
 
 
 def test_a_run_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
-    # A run collects less often (its objects live until it ends); a caller's process, or a
-    # run that fails half way, gets its own thresholds back.
+    # A run collects less often (its objects live until it ends, some frozen out of the
+    # collector's sight); a caller's process, or a run that fails half way, gets its own
+    # thresholds back and nothing left frozen.
     import gc
 
     from simulations import strategies
@@ -265,14 +266,15 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
     class Failing:
         def run(self, ctx):
             seen.append(gc.get_threshold())
+            gc.freeze()  # as the hyphae strategy does with its engines
             raise RuntimeError("half way")
 
-    run(RunConfig(nodes=4, stores=2, strategies=("oracle",), **TINY))
-    assert gc.get_threshold() == before
+    run(RunConfig(nodes=4, stores=2, strategies=("oracle", "hyphae"), **TINY))
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
     monkeypatch.setitem(strategies.STRATEGIES, "failing", Failing)
     with pytest.raises(RuntimeError, match="half way"):
         run(RunConfig(nodes=4, stores=2, strategies=("failing",), **TINY))
-    assert seen and seen[0] != before and gc.get_threshold() == before
+    assert seen and seen[0] != before and gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 
 def test_a_long_run_says_where_it_is_without_changing_it(tmp_path, monkeypatch, capsys):
