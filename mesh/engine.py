@@ -777,8 +777,10 @@ class MeshEngine:
                 # A push to known interest may meet other holders' copies (see _withdraw_copies);
                 # a walk hop goes where none is known to be going: no hold.
                 hold_until = self._now + self.config.relay_hold_ms if self.partial else 0
+                copies: dict[int, Diff] = {}  # by ttl: the copies differ only there (a walk hop spends one)
                 for peer_id in onward_to:
-                    onward = diff.routed(hops=diff.hops + 1, ttl=self.router.onward_ttl(diff, peer_id), told=told)
+                    ttl = self.router.onward_ttl(diff, peer_id)
+                    onward = copies.get(ttl) or copies.setdefault(ttl, diff.routed(diff.hops + 1, ttl, told))
                     self._enqueue(peer_id, onward, e0, 0 if peer_id in self.router.walked else hold_until)
                 if announce_to:
                     ttl = self.router.onward_ttl(diff, announce_to[0])  # none is a walk hop: all alike
