@@ -38,6 +38,9 @@ class ControlState:
         # (max_distance, the origins within it in version order): a partial view shares its
         # nearest few origins of ~100 known, with every gossip reply; reset when either changes.
         self._near: tuple[int, list[str]] | None = None
+        # origin -> {hops: its entries in seq order, marked with those hops}: what answers
+        # send, made once per change of the origin's entries instead of once per answer.
+        self._marked: dict[str, dict[int | None, list[Diff]]] = {}
 
     def version(self, origin: str) -> int:
         return self._versions.get(origin, 0)
@@ -58,10 +61,23 @@ class ControlState:
             return False
         self.distance[origin] = hops
         self._near = None
+        self._marked.pop(origin, None)
         return True
 
     def entries(self, origin: str) -> Iterable[Diff]:
         return self._entries.get(origin, {}).values()
+
+    def in_order(self, origin: str, hops: int | None = None) -> list[Diff]:
+        """The origin's entries in seq order (a prefix of them is what a peer may lack), marked
+        ``hops`` away with no ttl (None: as held). Shared: do not change the list."""
+        marked = self._marked.setdefault(origin, {})
+        out = marked.get(hops)
+        if out is None:
+            out = sorted(self._entries.get(origin, {}).values(), key=lambda d: d.seq)
+            if hops is not None:
+                out = [d.routed(hops=hops, ttl=0) for d in out]
+            marked[hops] = out
+        return out
 
     def is_new(self, diff: Diff) -> bool:
         return diff.seq > self._versions.get(diff.origin, 0)
@@ -70,6 +86,7 @@ class ControlState:
         """Record a newer diff; returns the entry it supersedes (if any)."""
         if diff.origin not in self._versions:
             self._near = None
+        self._marked.pop(diff.origin, None)
         entries = self._entries.setdefault(diff.origin, {})
         key = control_key(diff)
         previous = entries.get(key)
@@ -97,6 +114,7 @@ class ControlState:
         self._entries.pop(origin, None)
         self.distance.pop(origin, None)
         self._near = None
+        self._marked.pop(origin, None)
 
     def _within(self, max_distance: int) -> list[str]:
         near = self._near
@@ -117,11 +135,12 @@ class ControlState:
             theirs = digest.get(origin, 0)
             if version <= theirs:
                 continue
-            newer = sorted((d for d in self._entries[origin].values() if d.seq > theirs), key=lambda d: d.seq)
             hops = None if max_distance is None else dist.get(origin, 0) + 1
-            for diff in newer:
+            for diff in self.in_order(origin, hops):
+                if diff.seq <= theirs:
+                    continue
                 if len(out) >= max_diffs or size + diff.size > max_bytes:
                     return out
-                out.append(diff if hops is None else diff.routed(hops=hops, ttl=0))
+                out.append(diff)
                 size += diff.size
         return out

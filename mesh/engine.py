@@ -901,11 +901,11 @@ class MeshEngine:
         size, offered = 0, 0
         hops = self.config.interest_radius + 1
         for node_id in candidates:
-            diffs = sorted(self.control.entries(node_id), key=lambda d: d.seq)  # a prefix of the origin's
+            diffs = self.control.in_order(node_id, hops)
             cost = sum(d.size for d in diffs)
             if len(out) + len(diffs) > max_diffs or size + cost > max_bytes:
                 break
-            out += (d.routed(hops=hops, ttl=0) for d in diffs)
+            out += diffs
             size += cost
             offered += 1
             if offered == offers:

@@ -232,6 +232,36 @@ def test_the_control_states_digest_goes_on_the_wire_as_the_plain_digest_would():
     ]
 
 
+def test_a_gossip_answer_follows_the_control_state_through_its_changes():
+    # Answers reuse each origin's entries in seq order, marked with their hops, made once per
+    # change: a newer entry, a nearer origin, an origin forgotten must each show at once.
+    from mesh.control import ControlState
+
+    people = [NodeIdentity.generate() for _ in range(2)]
+    a, b = people[0].node_id, people[1].node_id
+    state = ControlState()
+
+    def peer(who, seq, address):
+        return sign_diff(PeerPayload(address), origin=people[who].node_id, seq=seq, ts=1, sign=people[who].sign)
+
+    def answer(digest, within=None):
+        return [(d.origin, d.seq, d.hops, d.payload.address) for d in state.delta_for(digest, 64, 1 << 20, within)]
+
+    state.apply(peer(0, 1, "a1"))
+    state.closer(a, 2)
+    state.apply(peer(1, 4, "b4"))
+    state.closer(b, 1)
+    assert answer({}) == [(a, 1, 0, "a1"), (b, 4, 0, "b4")]  # full view: as held
+    assert answer({}, 2) == [(a, 1, 3, "a1"), (b, 4, 2, "b4")]
+    assert answer({}, 1) == [(b, 4, 2, "b4")]
+    state.apply(peer(0, 2, "a2"))  # supersedes a's peer entry
+    state.closer(a, 1)
+    assert answer({}, 1) == [(a, 2, 2, "a2"), (b, 4, 2, "b4")]
+    assert answer({a: 2}, 2) == [(b, 4, 2, "b4")]
+    state.forget(b)
+    assert answer({}, 2) == [(a, 2, 2, "a2")] and state.in_order(b, 2) == []
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), count=st.integers(1, 12))
 def test_the_nearest_owners_are_ranked_by_their_best_beacon_then_by_id(seed, count):
