@@ -254,8 +254,9 @@ def test_a_gossip_answer_follows_the_control_state_through_its_changes():
     assert answer({}) == [(a, 1, 0, "a1"), (b, 4, 0, "b4")]  # full view: as held
     assert answer({}, 2) == [(a, 1, 3, "a1"), (b, 4, 2, "b4")]
     assert answer({}, 1) == [(b, 4, 2, "b4")]
-    state.apply(peer(0, 2, "a2"))  # supersedes a's peer entry
     state.closer(a, 1)
+    assert answer({}, 1) == [(a, 1, 2, "a1"), (b, 4, 2, "b4")]
+    state.apply(peer(0, 2, "a2"))  # supersedes a's peer entry
     assert answer({}, 1) == [(a, 2, 2, "a2"), (b, 4, 2, "b4")]
     assert answer({a: 2}, 2) == [(b, 4, 2, "b4")]
     state.forget(b)
