@@ -91,6 +91,8 @@ _GOSSIP, _LIVENESS, _REPAIR, _OUTBOX, _ACK, _LAZY = "gossip", "liveness", "repai
 _ACKS_HELD = 64  # delayed acks for one peer beyond this go at once
 _OUT_OF_RADIUS = "out_of_radius"  # a control diff from farther than the interest radius (partial view)
 _OFFER_DECLINED = "offer_declined"  # an offered node no nearer our interest than our chosen neighbours
+# Membership and liveness: frames with no data diff in them and none asked for (see data_idle).
+_CONTROL_PLANE = frozenset({MsgType.GOSSIP, MsgType.PING, MsgType.PONG})
 _REPAIR_RESENDS = 2  # an unanswered repair request is sent again this often; then the periodic round covers
 _GRAFT_UNKNOWN = "graft_unknown"  # a graft for a diff we no longer keep (or never announced)
 _RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
@@ -218,6 +220,7 @@ class MeshEngine:
         self._armed: dict[str, int] = {}
         self._ping_ids = 0
         self._acks_due: dict[str, list[int]] = {}  # peer -> batches received in responses, not yet acked
+        self._data_plane_sent_at: int | None = None  # our last frame of the data plane (see data_idle)
         self._acks_at: int | None = None  # when the delayed acks go alone
         self._reply_peer: str | None = None  # the sender of the frame being handled, if replies ride its response
         self._in_response = False  # the frame being handled came back in a response to one of ours
@@ -500,6 +503,8 @@ class MeshEngine:
             if mtype is MsgType.REPAIR_REPLY:
                 self.counters.repair_diffs_sent += sent
         batch_id = fields.get("batch_id", 0) if mtype is MsgType.DATA else 0
+        if mtype not in _CONTROL_PLANE:
+            self._data_plane_sent_at = self._now
         self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply, batch_id))
 
     def _enqueue(self, peer_id: str, diff: Diff, energy: float, hold_until: int = 0) -> None:
@@ -1235,6 +1240,18 @@ class MeshEngine:
             self._repair_due[peer.node_id] = min(self._repair_due.get(peer.node_id, again), again)
 
     # -- status ------------------------------------------------------------------------
+
+    def data_idle(self, now_ms: int, in_transit_ms: int) -> bool:
+        """Is our part of the data plane done? Nothing queued or awaiting its ack, no ack held
+        back, no announcement waiting, no announced diff awaited, no repair request awaiting
+        its reply, and none of our data, ack, announcement, graft or repair frames sent within
+        ``in_transit_ms`` (the longest a frame may take: one could still be on its way). A
+        simulator whose every engine says so has seen the last of the cells' spread."""
+        sent_at = self._data_plane_sent_at
+        return (
+            (sent_at is None or now_ms - sent_at > in_transit_ms) and self.outbox.idle and not self._acks_due
+            and (self.lazy is None or self.lazy.idle) and not self.repair.in_flight(now_ms)
+        )  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         """Peers, queues and counters as plain data (for ``hyphae peers/status``)."""

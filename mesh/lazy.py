@@ -97,6 +97,11 @@ class LazyPush:
 
     # -- announcing ---------------------------------------------------------------------
 
+    @property
+    def idle(self) -> bool:
+        """No announcement waiting to go, no announced diff awaited."""
+        return not self._announce_at and not self._missing
+
     def announce(self, peer_id: str, copy: Diff, energy: float, now: int) -> None:
         """Announce ``copy`` (routed as it would have gone) to a lazy peer; kept for its graft."""
         ref = (copy.origin, copy.seq)

@@ -101,6 +101,12 @@ class Outbox:
         self.ready: set[str] = set()  # peers with queued diffs
         self._held: dict[tuple[str, str, int], int] = {}  # (peer, origin, seq) -> end of its hold
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, nothing awaiting its ack."""
+        lanes = self._lanes
+        return not self._batches and not any((lane := lanes.get(p)) is not None and lane.queue for p in self.ready)
+
     def enqueue(self, peer_id: str, diff: Diff, energy: float, attempts: int = 0, hold_until: int = 0) -> int:
         """Queue a diff; returns how many diffs overflow dropped (0 or 1). ``hold_until``: the
         peer's queue waits until then (a relay's copy, held while copies from others may show

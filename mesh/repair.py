@@ -74,6 +74,10 @@ class RepairClient:
             self.marks[peer_id] = max(self.marks.get(peer_id, 0), upto)
         return True
 
+    def in_flight(self, now: int) -> bool:
+        """Is a request of ours awaiting its reply (one unanswered past the timeout is not)?"""
+        return any(now - p.sent_at < self.timeout_ms for p in self._pending.values())
+
     def sent_at(self, peer_id: str) -> int | None:
         pending = self._pending.get(peer_id)
         return pending.sent_at if pending else None

@@ -248,8 +248,12 @@ class BeaconIndex:
             group = self._groups.get(key)
             if group is None or group.n == group.dead or probe.shape[1] != group.dim:
                 continue
-            rows = np.flatnonzero(group.alive[: group.n])
-            sims = (group.matrix[rows] @ probe.T).max(axis=1)
+            if group.dead:
+                rows = np.flatnonzero(group.alive[: group.n])
+                sims = (group.matrix[rows] @ probe.T).max(axis=1)
+            else:  # the usual case: every row, no copy of the matrix
+                rows = np.arange(group.n)
+                sims = (group.matrix[: group.n] @ probe.T).max(axis=1)
             top = min(len(rows), 4 * count)
             picked = np.argpartition(-sims, top - 1)[:top]
             entries = group.entries

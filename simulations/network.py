@@ -250,6 +250,13 @@ def min_latency_ms(latency: Latency) -> int:
     return max(1, math.floor(latency.low))
 
 
+def max_latency_ms(latency: Latency) -> int | None:
+    """The longest delay a frame can take (Latency.sample's ceiling); None if unbounded."""
+    if latency.kind == "lognormal":
+        return None
+    return max(1, math.ceil(latency.high))
+
+
 def address(index: int) -> str:
     return f"n{index}"
 

@@ -31,7 +31,7 @@ from mesh.wire import (
 from node.energy import EnergyModel
 
 from .metrics import Recorder
-from .network import LinkModel, SimNetwork, address, index_of, min_latency_ms
+from .network import LinkModel, SimNetwork, address, index_of, max_latency_ms, min_latency_ms
 from .shards import Shard, Shards, open_shards
 from .workload import SimCell, Workload
 
@@ -214,6 +214,11 @@ class _HyphaeShard(Shard):
         self.run_until(until_ms)
         return self.net.stats["frames_sent"], self.last_data_ms, self.peak_rss_kb()
 
+    def data_idle(self, in_transit_ms: int) -> bool:
+        """Is every live engine of ours done with the data plane (``MeshEngine.data_idle``)?"""
+        net = self.net
+        return all(h.engine.data_idle(net.now, in_transit_ms) for a, h in net.hosts.items() if a not in net.down)
+
     def overlay_sample(self) -> tuple[int, int]:
         """Partial view: what our nodes know (beacons and contacts), and how many changed
         their gossip neighbours since the last look."""
@@ -316,22 +321,52 @@ class _HyphaeShard(Shard):
 
 
 def _drain(parts: _Parts, stores_end_ms: int, ctx: Context, report: Report | None = None) -> int:
-    """Run the store phase, then past the last store for ``ctx.drain_ms``, or until no data
-    frame has been sent for ``ctx.quiet_ms`` (the data plane is done: what is left is the
-    control plane's steady gossip, which at N=10,000 costs ~25 CPU s per virtual second and
-    delivers nothing). Returns where the run ended."""
+    """Run the store phase, then past the last store for ``ctx.drain_ms`` or, with
+    ``ctx.quiet_ms`` (a run without loss, partitions or churn), until the data plane is done:
+    what is left then is the control plane's steady gossip, which at N=10,000 costs ~10 s of
+    wall time per virtual second and delivers nothing. Done is when every engine says its part
+    is (``MeshEngine.data_idle``), or, where a frame may take any time (lognormal latency),
+    when no data frame has been sent for ``ctx.quiet_ms``. Returns where the run ended."""
     end_ms = stores_end_ms + ctx.drain_ms
     after_step = None if report is None else _phase_reporter(report, stores_end_ms, ctx)
     _run_until(parts, stores_end_ms, after_step)
-    while ctx.quiet_ms:
-        quiet_at = max(stores_end_ms, parts.last_data_ms) + ctx.quiet_ms
+    if ctx.quiet_ms:
+        longest = max_latency_ms(ctx.model.latency)
+        if longest is not None:
+            done = _until_idle(parts, end_ms, longest, after_step)
+        else:
+            done = _until_quiet(parts, stores_end_ms, end_ms, ctx.quiet_ms, after_step)
+        if done is not None:
+            return done
+    _run_until(parts, end_ms, after_step)
+    return end_ms
+
+
+def _until_idle(parts: _Parts, end_ms: int, longest_ms: int, after_step: Callable[[_Parts], None] | None) -> int | None:
+    """Look every ``longest_ms`` (the longest a frame takes) whether every engine's data plane
+    is done; when it is, or None at ``end_ms``."""
+    while parts.now < end_ms:
+        if all(parts.call("data_idle", longest_ms)):
+            return parts.now
+        step_end = min(end_ms, parts.now + longest_ms)
+        second_ends = step_end // 1000 > parts.now // 1000
+        parts.run_until(step_end)
+        if after_step is not None and second_ends:
+            after_step(parts)
+    return None
+
+
+def _until_quiet(
+    parts: _Parts, stores_end_ms: int, end_ms: int, quiet_ms: int, after_step: Callable[[_Parts], None] | None
+) -> int | None:
+    """Run until no data frame has been sent for ``quiet_ms``; when, or None at ``end_ms``."""
+    while True:
+        quiet_at = max(stores_end_ms, parts.last_data_ms) + quiet_ms
         if quiet_at >= end_ms:
-            break
+            return None
         if parts.now >= quiet_at:
             return parts.now
         _run_until(parts, quiet_at, after_step)
-    _run_until(parts, end_ms, after_step)
-    return end_ms
 
 
 def _phase_reporter(report: Report, stores_end_ms: int, ctx: Context) -> Callable[[_Parts], None]:

@@ -105,9 +105,9 @@ def test_a_missing_diff_is_grafted_from_its_first_reachable_announcer_then_the_n
     # x is dead: y is asked; no copy within the retry interval, so z
     assert lazy.take_grafts(100, lambda p: p != "x") == [("y", [ref])]
     assert lazy.next_deadline() == 1100
-    assert lazy.take_grafts(1100, lambda p: True) == [("z", [ref])]
+    assert lazy.take_grafts(1100, lambda p: True) == [("z", [ref])] and not lazy.idle
     lazy.received(ref, "z")
-    assert lazy.next_deadline() is None and not lazy.awaiting(ref)
+    assert lazy.next_deadline() is None and not lazy.awaiting(ref) and lazy.idle
 
 
 def test_a_copy_that_comes_in_time_cancels_the_graft():
@@ -130,9 +130,9 @@ def test_announcements_to_a_peer_wait_to_share_a_frame_and_a_peer_that_has_the_d
     lazy.announce("p", copy(2), 1.0, now=100)
     lazy.announce("q", copy(1), 1.0, now=100)
     lazy.withdraw("q", (ME.node_id, 1))  # q sent us diff 1: it has it
-    assert lazy.next_deadline() == 150
+    assert lazy.next_deadline() == 150 and not lazy.idle
     assert lazy.take_announcements(150) == [("p", [(ME.node_id, 1), (ME.node_id, 2)])]
-    assert lazy.copy_for((ME.node_id, 2))[1] == 1.0 and lazy.next_deadline() is None
+    assert lazy.copy_for((ME.node_id, 2))[1] == 1.0 and lazy.next_deadline() is None and lazy.idle
 
 
 # -- the engine -----------------------------------------------------------------------
