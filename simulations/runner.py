@@ -113,8 +113,10 @@ class RunConfig:
         return 75_000 if self.hostile else 10_000
 
     def quiet_ms(self) -> int:
-        """The default drain of a run without loss, partitions or churn ends once no data frame
-        has been sent for 2 s (retries wait 1 s for an ack); a given ``drain_ms`` runs in full."""
+        """The default drain of a run without loss, partitions or churn ends once the data plane
+        is done (see ``strategies._drain``), or where link delays have no bound, once no data
+        frame has been sent for this long (retries wait 1 s for an ack); a given ``drain_ms``
+        runs in full (0)."""
         return 0 if self.drain_ms is not None or self.hostile else 2_000
 
     def as_dict(self) -> dict[str, Any]:
