@@ -20,7 +20,7 @@ import resource
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from .network import SimNetwork, index_of
 
@@ -82,27 +82,33 @@ class Shard:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-class Shards:
+class Shards(Protocol):
     """The parts of a run, asked as one: :meth:`call` runs a method on each, in index order,
-    and returns what each returned."""
+    and returns what each returned; :meth:`close` lets them go."""
 
-    def __init__(self, local: Shard | None = None) -> None:
-        self._local = local
+    def call(self, method: str, *args: Any) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class _Local:
+    """The one part of a run, in this process."""
+
+    def __init__(self, shard: Shard) -> None:
+        self._shard = shard
 
     def call(self, method: str, *args: Any) -> list[Any]:
-        assert self._local is not None
-        return [getattr(self._local, method)(*args)]
+        return [getattr(self._shard, method)(*args)]
 
     def close(self) -> None:
         pass
 
 
-class _Forked(Shards):
+class _Forked:
     """One process per part, forked (they share the workload as it stands; nothing is pickled
     but the calls, their answers and the frames between parts)."""
 
     def __init__(self, count: int, make: Callable[[int, int], Shard]) -> None:
-        super().__init__()
         mp = multiprocessing.get_context("fork")
         pairs = {(i, j): mp.Pipe() for i in range(count) for j in range(i + 1, count)}
         commands = [mp.Pipe() for _ in range(count)]
@@ -189,5 +195,5 @@ def open_shards(count: int, make: Callable[[int, int], Shard]) -> Shards:
     """The parts of a run: ``make(index, count)`` builds each (in its own process when
     ``count`` > 1, else here)."""
     if count <= 1:
-        return Shards(make(0, 1))
+        return _Local(make(0, 1))
     return _Forked(count, make)
