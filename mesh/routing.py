@@ -184,12 +184,14 @@ class BeaconIndex:
         self._where: dict[str, tuple[_Group, int]] = {}
         self._by_owner: dict[str, dict[str, IndexedBeacon]] = {}
         self._codes = _Codes()
+        self._vectors: dict[tuple[str, str], np.ndarray] | None = None  # vectors(), until a change
 
     def __len__(self) -> int:
         return len(self._where)
 
     def add(self, beacon: BeaconPayload, owner: str, placed_at: int) -> None:
         self.remove(beacon.beacon_id)
+        self._vectors = None
         vector = np.asarray(beacon.embedding, np.float32)
         key = (beacon.tenant_id, beacon.embedding_space)
         group = self._groups.get(key)
@@ -203,6 +205,7 @@ class BeaconIndex:
         found = self._where.pop(beacon_id, None)
         if found is None:
             return None
+        self._vectors = None
         group, row = found
         entry = group.kill(row)
         if entry is not None:
@@ -228,8 +231,11 @@ class BeaconIndex:
         return set(self._by_owner)
 
     def vectors(self) -> dict[tuple[str, str], np.ndarray]:
-        """The live beacon vectors per (tenant, space), one row each."""
-        return {key: g.matrix[: g.n][g.alive[: g.n]] for key, g in self._groups.items() if g.n > g.dead}
+        """The live beacon vectors per (tenant, space), one row each. Kept until the index
+        changes (a node's own beacons are its probes in every gossip round): do not modify."""
+        if self._vectors is None:
+            self._vectors = {key: g.matrix[: g.n][g.alive[: g.n]] for key, g in self._groups.items() if g.n > g.dead}
+        return self._vectors
 
     def vectors_of(self, owner: str) -> dict[tuple[str, str], np.ndarray]:
         """``owner``'s beacon vectors per (tenant, space), one row each (as ``vectors``)."""
@@ -332,7 +338,8 @@ def beacon_closeness(beacon: BeaconPayload, probes: dict[tuple[str, str], np.nda
     probe = probes.get((beacon.tenant_id, beacon.embedding_space))
     if probe is None or probe.shape[1] != beacon.embedding.shape[0]:
         return -2.0
-    return float((probe @ beacon.embedding).max())
+    sims = probe @ beacon.embedding
+    return float(sims[0]) if len(sims) == 1 else float(sims.max())  # one probe: no reduction to call
 
 
 class RoutingPolicy(Protocol):

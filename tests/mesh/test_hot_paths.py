@@ -328,3 +328,24 @@ def test_the_bulk_match_accepts_exactly_the_beacons_the_scalar_rule_does(seed, f
         # the routers' form: the owners of those beacons, read off a column
         assert index.match_owners(cell, e0, now, energy) == {o for o in {f"o{i}" for i in range(7)}
                                                              for e in by_rule(o) if e.beacon.beacon_id in want}
+
+
+def test_an_index_gives_its_vectors_as_they_stand_after_each_change():
+    # vectors() is kept between changes (a node's own beacons probe every gossip round)
+    from mesh.routing import BeaconIndex
+
+    def placed(i, vector):
+        return BeaconPayload(f"b{i}", "t", "a", "q", 0.5, None, None, None, None, np.asarray(vector, np.float32), "s", ())
+
+    index = BeaconIndex()
+    assert index.vectors() == {}
+    index.add(placed(1, [1, 0]), "me", 1)
+    assert index.vectors()[("t", "s")].tolist() == [[1, 0]]
+    index.add(placed(2, [0, 1]), "me", 1)
+    assert index.vectors()[("t", "s")].tolist() == [[1, 0], [0, 1]]
+    index.remove("b1")
+    assert index.vectors()[("t", "s")].tolist() == [[0, 1]]
+    index.add(placed(2, [0.6, 0.8]), "me", 2)  # placed again: replaces
+    assert np.allclose(index.vectors()[("t", "s")], [[0.6, 0.8]])
+    index.remove("b2")
+    assert index.vectors() == {}
