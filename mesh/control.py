@@ -70,10 +70,13 @@ class ControlState:
     def in_order(self, origin: str, hops: int | None = None) -> list[Diff]:
         """The origin's entries in seq order (a prefix of them is what a peer may lack), marked
         ``hops`` away with no ttl (None: as held). Shared: do not change the list."""
+        entries = self._entries.get(origin)
+        if not entries:
+            return []  # nothing to keep for an origin we do not hold
         marked = self._marked.setdefault(origin, {})
         out = marked.get(hops)
         if out is None:
-            out = sorted(self._entries.get(origin, {}).values(), key=lambda d: d.seq)
+            out = sorted(entries.values(), key=lambda d: d.seq)
             if hops is not None:
                 out = [d.routed(hops=hops, ttl=0) for d in out]
             marked[hops] = out

@@ -785,7 +785,9 @@ class MeshEngine:
                 copies: dict[int, Diff] = {}  # by ttl: the copies differ only there (a walk hop spends one)
                 for peer_id in onward_to:
                     ttl = self.router.onward_ttl(diff, peer_id)
-                    onward = copies.get(ttl) or copies.setdefault(ttl, diff.routed(diff.hops + 1, ttl, told))
+                    onward = copies.get(ttl)
+                    if onward is None:
+                        onward = copies[ttl] = diff.routed(diff.hops + 1, ttl, told)
                     self._enqueue(peer_id, onward, e0, 0 if peer_id in self.router.walked else hold_until)
                 if announce_to:
                     ttl = self.router.onward_ttl(diff, announce_to[0])  # none is a walk hop: all alike
