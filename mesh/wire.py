@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
@@ -454,15 +455,25 @@ def share_data_payloads() -> Iterator[None]:
     source_ref), so sharing it is safe only where nothing edits a payload it was handed:
     the simulator, not a node whose store may.
     """
+    global _SHARING
     data = {int(DiffKind.CELL), int(DiffKind.TOMBSTONE)}
-    added = data - _SHAREABLE_KINDS
-    _SHAREABLE_KINDS.update(added)
+    with _SHARING_LOCK:  # blocks may overlap (a sweep's runs on one worker's threads)
+        _SHARING += 1
+        _SHAREABLE_KINDS.update(data)
     try:
         yield
     finally:
-        _SHAREABLE_KINDS.difference_update(added)
-        for key in [k for k, v in _DECODED.items() if v[0] in added]:
-            del _DECODED[key]
+        with _SHARING_LOCK:
+            _SHARING -= 1
+            if not _SHARING:
+                _SHAREABLE_KINDS.difference_update(data)
+                # a snapshot: another thread's engines may be decoding (adding) meanwhile
+                for key in [k for k, v in list(_DECODED.items()) if v[0] in data]:
+                    _DECODED.pop(key, None)
+
+
+_SHARING = 0  # share_data_payloads blocks open
+_SHARING_LOCK = threading.Lock()
 
 
 def decode_signed(

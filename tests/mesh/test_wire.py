@@ -203,3 +203,19 @@ def test_cell_decodings_are_shared_only_inside_the_simulators_context():
         assert relayed.payload is first.payload and relayed.payload == diff.payload
         assert (relayed.hops, first.hops) == (2, 1)  # the routing fields are still read per frame
     assert again(1).payload is not first.payload  # forgotten when the context ends
+
+
+def test_overlapping_sharing_contexts_share_until_the_last_one_ends():
+    # A sweep may run two simulations at once on one worker's threads: the first to end
+    # must not stop the other's sharing, nor clear the cache under it.
+    diff = signed(cell(content="two runs at once"), seq=8)
+    again = lambda: decode_signed(diff.signed, diff.signature, 1, 0)  # noqa: E731
+    first = share_data_payloads()
+    second = share_data_payloads()
+    first.__enter__()
+    second.__enter__()
+    shared = again()
+    first.__exit__(None, None, None)
+    assert again().payload is shared.payload
+    second.__exit__(None, None, None)
+    assert again().payload is not shared.payload
