@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any, Literal, Protocol
 
 from .team import Team
-from .wire import WireLimits
+from .wire import DEFAULT_LIMITS, WireLimits
 
 __all__ = ["MeshConfig", "EnergyParams"]
 
@@ -76,7 +76,7 @@ class MeshConfig:
     max_clock_skew_ms: int = 600_000
     max_future_skew_ms: int = 60_000
     frame_max_age_ms: int = 120_000  # replay window for sealed frames
-    limits: WireLimits = dataclasses.field(default_factory=WireLimits)
+    limits: WireLimits = DEFAULT_LIMITS  # frozen: one object shared by every config (cheap to compare)
     # partial view (view="partial"): a bounded set of gossip neighbours, interests known within a radius
     max_neighbours: int = 8  # active view: peers we gossip and ping
     interest_radius: int = 2  # hops over which control diffs (peers, beacons) replicate

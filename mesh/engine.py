@@ -77,7 +77,7 @@ from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy, beacon_c
 from .team import FRAME_OVERHEAD, FrameSealer
 from .told import MAX_TOLD, tell, told_name, told_names
 from .wire import (
-    CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, Envelope, MsgType, Payload,
+    CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, DiffKind, Envelope, MsgType, Payload,
     PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope,
     encode_envelope, sign_diff,
 )  # fmt: skip
@@ -95,6 +95,7 @@ _OFFER_DECLINED = "offer_declined"  # an offered node no nearer our interest tha
 _CONTROL_PLANE = frozenset({MsgType.GOSSIP, MsgType.PING, MsgType.PONG})
 _REPAIR_RESENDS = 2  # an unanswered repair request is sent again this often; then the periodic round covers
 _GRAFT_UNKNOWN = "graft_unknown"  # a graft for a diff we no longer keep (or never announced)
+_KIND_NAMES = {kind: kind.name.lower() for kind in DiffKind}  # counters' keys (looked up per diff accepted)
 _RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
 
 
@@ -446,17 +447,20 @@ class MeshEngine:
             self._lazy_round()
 
     def _arm_timers(self) -> None:
-        self._timers[_OUTBOX] = self.outbox.next_deadline()  # type: ignore[assignment]
-        self._timers[_ACK] = self._acks_at  # type: ignore[assignment]
-        repair_at = min(self._repair_due.values(), default=self._next_repair_at)
-        if self._next_repair_at is not None:
-            repair_at = min(repair_at, self._next_repair_at)
-        self._timers[_REPAIR] = repair_at  # type: ignore[assignment]
+        # After every event (the deadlines move with almost every frame): kept lean.
+        timers, armed = self._timers, self._armed
+        timers[_OUTBOX] = self.outbox.next_deadline()  # type: ignore[assignment]
+        timers[_ACK] = self._acks_at  # type: ignore[assignment]
+        repair_at = self._next_repair_at
+        if self._repair_due:
+            due = min(self._repair_due.values())
+            repair_at = due if repair_at is None else min(due, repair_at)
+        timers[_REPAIR] = repair_at  # type: ignore[assignment]
         if self.lazy is not None:
-            self._timers[_LAZY] = self.lazy.next_deadline()  # type: ignore[assignment]
-        for name, at in self._timers.items():
-            if at is not None and self._armed.get(name) != at:
-                self._armed[name] = at
+            timers[_LAZY] = self.lazy.next_deadline()  # type: ignore[assignment]
+        for name, at in timers.items():
+            if at is not None and armed.get(name) != at:
+                armed[name] = at
                 self._out.append(SetTimer(name, at))
 
     def _jitter(self, interval: int) -> int:
@@ -505,7 +509,7 @@ class MeshEngine:
         batch_id = fields.get("batch_id", 0) if mtype is MsgType.DATA else 0
         if mtype not in _CONTROL_PLANE:
             self._data_plane_sent_at = self._now
-        self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply, batch_id))
+        self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply, batch_id, diffs if data_bytes else ()))
 
     def _enqueue(self, peer_id: str, diff: Diff, energy: float, hold_until: int = 0) -> None:
         peer = self.peers.get(peer_id)
@@ -756,7 +760,7 @@ class MeshEngine:
         self._receipts.append((self._now, diff.origin, diff.seq))
         if self.lazy is not None:
             self.lazy.received((diff.origin, diff.seq), sender.node_id)
-        self.counters.diffs_accepted[diff.kind.name.lower()] += 1
+        self.counters.diffs_accepted[_KIND_NAMES[diff.kind]] += 1
         p = diff.payload
         cell: CellPayload | None = None
         if isinstance(p, CellPayload):
@@ -960,7 +964,7 @@ class MeshEngine:
             self.control.closer(diff.origin, diff.hops)
         else:
             self.store.put(diff, self._now)  # so a restart starts from it (see _restore_control)
-        self.counters.diffs_accepted[diff.kind.name.lower()] += 1
+        self.counters.diffs_accepted[_KIND_NAMES[diff.kind]] += 1
         p, origin = diff.payload, diff.origin
         if isinstance(p, BeaconPayload):
             self.beacons.add(p, origin, diff.ts)

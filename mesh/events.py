@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Union
 
-from .wire import BeaconPayload, CellPayload
+from .wire import BeaconPayload, CellPayload, Diff
 
 __all__ = [
     "Started", "CellStored", "CellForgotten", "BeaconPlaced", "BeaconRemoved", "SceneChanged",
@@ -114,7 +114,9 @@ Event = Union[
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SendFrame:
-    """Send sealed bytes; ``data_bytes`` counts the data diffs inside (for metrics).
+    """Send sealed bytes; ``data_bytes`` counts the data diffs inside (for metrics), and
+    ``data_diffs`` are those diffs (an observer such as the simulator reads them there
+    instead of opening the frame again).
 
     ``in_reply``: this frame answers the frame being handled (an ack, a pong, a gossip or
     repair reply), so a runtime whose transport has a response channel may carry it back
@@ -127,6 +129,7 @@ class SendFrame:
     is_control: bool
     in_reply: bool = False
     batch_id: int = 0  # a data batch: report its delivery with ``FrameDelivered``
+    data_diffs: tuple[Diff, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -69,10 +69,11 @@ class _Group:
 
     def _alloc(self, cap: int) -> None:
         old = self.__dict__.get("matrix")
+        # The filter columns start out as "no filter", so a row without one needs no write.
         cols = {
             "matrix": np.zeros((cap, self.dim), np.float32), "threshold": np.zeros(cap, np.float32),
-            "expires": np.zeros(cap, np.int64), "min_salience": np.zeros(cap, np.float32),
-            "types": np.zeros(cap, np.int64), "project": np.zeros(cap, np.int64),
+            "expires": np.full(cap, _NEVER, np.int64), "min_salience": np.full(cap, -1.0, np.float32),
+            "types": np.zeros(cap, np.int64), "project": np.full(cap, _ANY, np.int64),
             "agent": np.zeros(cap, np.int64), "owner": np.zeros(cap, np.int64), "alive": np.zeros(cap, bool),
         }  # fmt: skip
         for name, array in cols.items():
@@ -88,18 +89,22 @@ class _Group:
         b, i = entry.beacon, self.n
         self.matrix[i] = b.embedding
         self.threshold[i] = b.threshold
-        self.expires[i] = _NEVER if b.expires_at is None else b.expires_at
-        self.min_salience[i] = -1.0 if b.min_salience is None else b.min_salience
-        self.types[i] = 0 if not b.cell_types else codes.type_mask(b.cell_types)
-        self.project[i] = _ANY if b.project is None else codes.project(b.project)
+        if b.expires_at is not None:
+            self.expires[i] = b.expires_at
+            self.expiring += 1
+        if b.min_salience is not None:
+            self.min_salience[i] = b.min_salience
+            self.floored += 1
+        if b.cell_types:
+            self.types[i] = codes.type_mask(b.cell_types)
+            self.typed += 1
+        if b.project is not None:
+            self.project[i] = codes.project(b.project)
+            self.projected += 1
+        self.scoped += bool(b.scope_projects)
         self.agent[i] = codes.agent(b.agent_id)
         self.owner[i] = codes.owner(entry.owner)
         self.alive[i] = True
-        self.expiring += b.expires_at is not None
-        self.floored += b.min_salience is not None
-        self.typed += bool(b.cell_types)
-        self.projected += b.project is not None
-        self.scoped += bool(b.scope_projects)
         self.entries.append(entry)
         self.n += 1
         return i
@@ -249,7 +254,7 @@ class BeaconIndex:
         the same (tenant, space), best first; ties by owner id, so the order is reproducible.
         Vectorised (it runs every gossip round): only each group's top rows are looked at, a few
         per wanted owner, which may return fewer than ``count`` when owners hold many beacons."""
-        best: dict[str, float] = {}
+        best: dict[int, float] = {}  # by owner code
         for key, probe in probes.items():
             group = self._groups.get(key)
             if group is None or group.n == group.dead or probe.shape[1] != group.dim:
@@ -257,17 +262,17 @@ class BeaconIndex:
             if group.dead:
                 rows = np.flatnonzero(group.alive[: group.n])
                 sims = (group.matrix[rows] @ probe.T).max(axis=1)
+                owners = group.owner[rows]
             else:  # the usual case: every row, no copy of the matrix
-                rows = np.arange(group.n)
                 sims = (group.matrix[: group.n] @ probe.T).max(axis=1)
-            top = min(len(rows), 4 * count)
+                owners = group.owner[: group.n]
+            top = min(len(sims), 4 * count)
             picked = np.argpartition(-sims, top - 1)[:top]
-            entries = group.entries
-            for row, sim in zip(rows[picked].tolist(), sims[picked].tolist()):
-                owner = entries[row].owner  # type: ignore[union-attr]
+            for owner, sim in zip(owners[picked].tolist(), sims[picked].tolist()):
                 if sim > best.get(owner, -2.0):
                     best[owner] = sim
-        return [owner for _, owner in sorted((-sim, owner) for owner, sim in best.items())[:count]]
+        ids = self._codes.owner_ids
+        return [owner for _, owner in sorted((-sim, ids[code]) for code, sim in best.items())[:count]]
 
     def closeness(self, owner: str, probes: dict[tuple[str, str], np.ndarray]) -> float:
         """How close ``owner``'s nearest beacon is to any ``probes`` vector of its (tenant, space)

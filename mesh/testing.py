@@ -102,7 +102,11 @@ class VirtualNetwork:
         self.hosts: dict[str, Host] = {}
         self.stats: Counter[str] = Counter()
         self.on_effect: Callable[[Host, Effect], None] | None = None
-        self._queue: list[tuple[int, int, str, Event]] = []
+        # Events by time: virtual ms -> a heap of (order, address, event), and a heap of those
+        # times. Many events share a millisecond, so each pop sifts a small heap, not one
+        # holding every pending event of a 10,000-node run.
+        self._queue: dict[int, list[tuple[int, str, Event]]] = {}
+        self._times: list[int] = []
         self._order = itertools.count()
         self._timers: dict[tuple[str, str], int] = {}
         self._group: dict[str, int] = {}
@@ -139,16 +143,31 @@ class VirtualNetwork:
         return effects
 
     def schedule(self, at: int, address: str, event: Event) -> None:
-        heapq.heappush(self._queue, (at, next(self._order), address, event))
+        self._push(at, next(self._order), address, event)
+
+    def _push(self, at: int, order: int, address: str, event: Event) -> None:
+        """Queue ``event`` at ``at``; events of one time are handled by ``order``."""
+        bucket = self._queue.get(at)
+        if bucket is None:
+            self._queue[at] = [(order, address, event)]
+            heapq.heappush(self._times, at)
+        else:
+            heapq.heappush(bucket, (order, address, event))
 
     def run_for(self, ms: int) -> None:
         self.run_until(self.now + ms)
 
     def run_until(self, until_ms: int, stop: Callable[[], bool] | None = None) -> bool:
         """Process events up to ``until_ms``; returns True if ``stop()`` became true."""
-        queue = self._queue
-        while queue and queue[0][0] <= until_ms:
-            at, _, address, event = heapq.heappop(queue)
+        queue, times = self._queue, self._times
+        while times and times[0] <= until_ms:
+            at = times[0]
+            bucket = queue[at]
+            if not bucket:
+                heapq.heappop(times)
+                del queue[at]
+                continue
+            _, address, event = heapq.heappop(bucket)
             if isinstance(event, TimerFired) and self._timers.get((address, event.name)) != at:
                 continue  # replaced by a later SetTimer
             self.now = max(self.now, at)

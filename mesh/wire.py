@@ -56,7 +56,6 @@ __all__ = [
     "share_data_payloads",
     "encode_envelope",
     "decode_envelope",
-    "envelope_diffs",
     "CONTROL_KINDS",
     "DATA_KINDS",
     "Digest",
@@ -439,10 +438,13 @@ def _decode_body(kind: DiffKind, body: list, limits: WireLimits, signed_len: int
 # over and over. Their payloads are immutable (strings, tuples, a read-only vector), so the
 # decoded header and payload are kept, keyed by the exact signed bytes and the limits.
 _SHAREABLE_KINDS = {3, 4, 6}  # BEACON, UNBEACON, PEER (scenes carry a mutable map)
-# (signed, limits) -> (kind, origin, seq, ts, payload, signed, signature): the first decode's
-# objects, handed to every later decode of the same bytes, so the many engines of a simulator
-# that hold one diff hold one copy of its payload, signed bytes and (equal) signature.
-_DECODED: dict[tuple[bytes, WireLimits], tuple[DiffKind, str, int, int, Payload, bytes, bytes]] = {}
+# signed -> [kind, origin, seq, ts, payload, signed, signature, limits, last]: the first
+# decode's objects, handed to every later decode of the same bytes under the same limits, so
+# the many engines of a simulator that hold one diff hold one copy of its payload, signed bytes
+# and (equal) signature; ``last`` is the last diff made from them, itself handed out again when
+# it came with the same routing fields (diffs are immutable). Keyed by the bytes alone: hashing
+# the limits too costs more than the rest.
+_DECODED: dict[bytes, list[Any]] = {}
 _DECODED_MAX = 100_000
 
 
@@ -484,15 +486,21 @@ def decode_signed(
         told = _bin(told, "told")
         if len(told) % TOLD_ID_BYTES or len(told) > MAX_TOLD * TOLD_ID_BYTES:
             raise _fail(f"told: {len(told)} bytes")
-    known = _DECODED.get((signed, limits)) if type(signed) is bytes else None
-    if known is not None:
-        kind, origin, seq, ts, payload, first_signed, first_signature = known
+    known = _DECODED.get(signed) if type(signed) is bytes else None
+    if known is not None and (known[7] is limits or known[7] == limits):
+        kind, origin, seq, ts, payload, first_signed, first_signature, _, last = known
+        if (
+            last.hops == hops and last.ttl == ttl and type(hops) is int and type(ttl) is int
+            and last.told == told and last.signature == signature
+        ):  # fmt: skip
+            return last
         signature = first_signature if signature == first_signature else _bin(signature, "signature", 64)
         diff = Diff(
             kind, origin, seq, ts, payload, first_signed, signature, _int(hops, "hops"), _int(ttl, "ttl"), told
         )
         if diff.hops < 0 or diff.ttl < 0:
             raise _fail("seq, hops and ttl must be positive")
+        known[8] = diff
         return diff
     try:
         header = msgpack.unpackb(signed, raw=False, strict_map_key=True, max_bin_len=limits.max_frame_bytes)
@@ -517,7 +525,7 @@ def decode_signed(
     if kind in _SHAREABLE_KINDS and type(signed) is bytes:
         if len(_DECODED) >= _DECODED_MAX:
             _DECODED.clear()
-        _DECODED[(signed, limits)] = (kind, diff.origin, diff.seq, diff.ts, payload, signed, diff.signature)
+        _DECODED[signed] = [kind, diff.origin, diff.seq, diff.ts, payload, signed, diff.signature, limits, diff]
     return diff
 
 
@@ -752,12 +760,6 @@ def _decode_acks(raw: Any, limits: WireLimits) -> tuple[int, ...]:
     if len(acks) > limits.max_diffs:
         raise _fail("too many acks", Reason.TOO_MANY_DIFFS)
     return tuple(_int(a, "ack") for a in acks)
-
-
-def envelope_diffs(data: bytes) -> list[list[Any]]:
-    """An envelope's raw diffs ``[signed, signature, hops, ttl(, told)]``, unchecked: for an observer
-    of frames the engines produced (the simulator's metrics), not for admission."""
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)[5]
 
 
 def _decode_haves(raw: Any) -> HaveSet:

@@ -19,7 +19,6 @@ import os
 import random
 import threading
 import time
-import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol

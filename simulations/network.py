@@ -12,7 +12,6 @@ them to a network's clock.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 import random
 from collections.abc import Callable
@@ -375,7 +374,7 @@ class SimNetwork(VirtualNetwork):
         events in every process, so that each process numbers them alike)."""
         key = self._next_key()
         if self.local is None or addr in self.local or isinstance(event, (_Crash, _Restart)):
-            heapq.heappush(self._queue, (at, key, addr, event))
+            self._push(at, key, addr, event)
 
     def _next_key(self) -> int:
         cause, caused = self._cause, self._caused
@@ -390,9 +389,9 @@ class SimNetwork(VirtualNetwork):
 
     def put_remote(self, entries: list[list]) -> None:
         """Frames from nodes of other processes, to nodes of this one."""
-        queue = self._queue
+        push = self._push
         for at, key, dst, src, frame, _ in entries:
-            heapq.heappush(queue, (at, key, dst, FrameReceived(src, frame)))
+            push(at, key, dst, FrameReceived(src, frame))
 
     def _send(self, src: str, effect: SendFrame) -> None:
         dst = effect.address
@@ -420,7 +419,7 @@ class SimNetwork(VirtualNetwork):
         for delay in delays:
             key = self._next_key()
             if here:
-                heapq.heappush(self._queue, (now + delay, key, dst, FrameReceived(src, effect.frame)))
+                self._push(now + delay, key, dst, FrameReceived(src, effect.frame))
                 self.last_copies += 1
             else:
                 entry = [now + delay, key, dst, src, effect.frame, None]

@@ -25,7 +25,7 @@ from mesh.events import CellStored, Effect, FrameReceived, SendFrame, StoreRemot
 from mesh.team import FRAME_OVERHEAD, Team
 from mesh.testing import START_MS, Host
 from mesh.wire import (
-    CellPayload, Envelope, MsgType, decode_signed, encode_envelope, envelope_diffs, share_data_payloads,
+    CellPayload, Envelope, MsgType, encode_envelope, share_data_payloads,
     sign_diff,
 )  # fmt: skip
 from node.energy import EnergyModel
@@ -189,11 +189,8 @@ class _HyphaeShard(Shard):
             net.local = frozenset(address(i) for i in range(ctx.workload.spec.nodes) if self.owns(i))
         self.ctx = ctx
         self.rec = Recorder(len(ctx.workload.cells))
-        self.opener = net.opener()
-        self.limits = net.build(address(0)).config.limits
         # id(frame) -> [frame, cells, copies still to arrive] of data frames, dropped at the last arrival
         self.in_flight: dict[int, list] = {}
-        self.cells_by_diff: dict[bytes, int | None] = {}  # a data diff's signed bytes -> its cell (None: a tombstone)
         self.storing = False
         self.last_data_ms = 0
         self.warmup = {"control_messages": 0, "control_bytes": 0}
@@ -273,8 +270,7 @@ class _HyphaeShard(Shard):
         elif isinstance(effect, SendFrame):
             if effect.data_bytes:
                 self.last_data_ms = net.now
-                _, _, plain = self.opener.open(effect.frame)
-                cells = [c for c in map(self._cell_of, envelope_diffs(plain)) if c is not None]
+                cells = [_cell_index(d.payload.node_id) for d in effect.data_diffs if isinstance(d.payload, CellPayload)]
                 rec.data_frames += 1
                 for cell in cells:
                     rec.sent(cell, index_of(host.address), len(effect.frame) // max(1, len(cells)))
@@ -287,17 +283,6 @@ class _HyphaeShard(Shard):
             else:
                 self.warmup["control_messages"] += 1
                 self.warmup["control_bytes"] += len(effect.frame)
-
-    def _cell_of(self, raw: list) -> int | None:
-        # The receiving engine decodes and checks every frame; the harness only names the
-        # cells in each data frame it counts, once per distinct diff.
-        signed = raw[0]
-        cell = self.cells_by_diff.get(signed, -1)
-        if cell == -1:
-            payload = decode_signed(*raw[:4], limits=self.limits).payload  # raw[4]: a told list, if any
-            cell = _cell_index(payload.node_id) if isinstance(payload, CellPayload) else None
-            self.cells_by_diff[signed] = cell
-        return cell
 
     def _on_frame(self, addr: str, event: FrameReceived) -> None:
         found = self.in_flight.get(id(event.frame))
