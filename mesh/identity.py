@@ -17,8 +17,20 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 __all__ = ["NodeIdentity", "node_id_for"]
 
 
+# public key -> node id: every engine checks each member's key against its id, and a
+# simulator's thousands of engines in one process check the same few thousand keys.
+_NODE_IDS: dict[bytes, str] = {}
+
+
 def node_id_for(public_key: bytes) -> str:
-    return hashlib.sha256(public_key).digest()[:16].hex()
+    node_id = _NODE_IDS.get(public_key) if type(public_key) is bytes else None
+    if node_id is None:
+        node_id = hashlib.sha256(public_key).digest()[:16].hex()
+        if type(public_key) is bytes:
+            if len(_NODE_IDS) >= 1 << 16:
+                _NODE_IDS.clear()
+            _NODE_IDS[public_key] = node_id
+    return node_id
 
 
 class NodeIdentity:

@@ -194,7 +194,8 @@ class LazyPush:
         heap, missing = self._due, self._missing
         while heap and ((m := missing.get(heap[0][1])) is None or m.due != heap[0][0]):
             heapq.heappop(heap)
-        times = [heap[0][0]] if heap else []
+        at = heap[0][0] if heap else None
         if self._announce_at:
-            times.append(min(self._announce_at.values()))
-        return min(times) if times else None
+            first = min(self._announce_at.values())
+            at = first if at is None or first < at else at
+        return at

@@ -269,9 +269,10 @@ class Outbox:
             if batch is not None and batch.deadline == deadline:
                 break
             heapq.heappop(heap)
-        times = [heap[0][0]] if heap else []
+        at = heap[0][0] if heap else None
         for peer_id in self.ready:
             lane = self._lanes[peer_id]
             if lane.queue and len(lane.inflight) < self.max_inflight:
-                times.append(self._send_at(lane))
-        return min(times) if times else None
+                send_at = self._send_at(lane)
+                at = send_at if at is None or send_at < at else at
+        return at

@@ -190,6 +190,7 @@ class BeaconIndex:
         self._by_owner: dict[str, dict[str, IndexedBeacon]] = {}
         self._codes = _Codes()
         self._vectors: dict[tuple[str, str], np.ndarray] | None = None  # vectors(), until a change
+        self._vectors_of: dict[str, dict[tuple[str, str], np.ndarray]] = {}  # vectors_of(), per owner likewise
 
     def __len__(self) -> int:
         return len(self._where)
@@ -197,6 +198,7 @@ class BeaconIndex:
     def add(self, beacon: BeaconPayload, owner: str, placed_at: int) -> None:
         self.remove(beacon.beacon_id)
         self._vectors = None
+        self._vectors_of.pop(owner, None)
         vector = np.asarray(beacon.embedding, np.float32)
         key = (beacon.tenant_id, beacon.embedding_space)
         group = self._groups.get(key)
@@ -214,6 +216,7 @@ class BeaconIndex:
         group, row = found
         entry = group.kill(row)
         if entry is not None:
+            self._vectors_of.pop(entry.owner, None)
             owned = self._by_owner.get(entry.owner, {})
             owned.pop(beacon_id, None)
             if not owned:
@@ -243,11 +246,18 @@ class BeaconIndex:
         return self._vectors
 
     def vectors_of(self, owner: str) -> dict[tuple[str, str], np.ndarray]:
-        """``owner``'s beacon vectors per (tenant, space), one row each (as ``vectors``)."""
+        """``owner``'s beacon vectors per (tenant, space), one row each (as ``vectors``, kept
+        until its beacons change: a node's offers to a peer rank by them every round)."""
+        cached = self._vectors_of.get(owner)
+        if cached is not None:
+            return cached
         rows: dict[tuple[str, str], list[np.ndarray]] = {}
         for e in self._by_owner.get(owner, {}).values():
             rows.setdefault((e.beacon.tenant_id, e.beacon.embedding_space), []).append(e.beacon.embedding)
-        return {key: np.stack(vectors).astype(np.float32, copy=False) for key, vectors in rows.items()}
+        cached = {key: np.stack(vectors).astype(np.float32, copy=False) for key, vectors in rows.items()}
+        if rows:  # an owner we know no beacon of is not kept
+            self._vectors_of[owner] = cached
+        return cached
 
     def nearest_owners(self, probes: dict[tuple[str, str], np.ndarray], count: int) -> list[str]:
         """Up to ``count`` owners, ranked by their beacon most similar to any ``probes`` vector of

@@ -32,8 +32,10 @@ def _split(told: bytes) -> list[bytes]:
     return [told[i : i + TOLD_ID_BYTES] for i in range(0, len(told), TOLD_ID_BYTES)]
 
 
-def told_names(told: bytes) -> set[bytes]:
-    return set(_split(told))
+@functools.lru_cache(maxsize=1 << 12)
+def told_names(told: bytes) -> frozenset[bytes]:
+    # A relay's copies all carry one told list, and each receiver reads it more than once.
+    return frozenset(_split(told))
 
 
 def tell(sent_to: Iterable[str], was_told: bytes, limit: int) -> bytes:

@@ -707,7 +707,8 @@ def _decode_envelope(data: bytes, limits: WireLimits) -> Envelope:
         fields["acks"] = _decode_acks(extra[0], limits)
         _decode_lazy_extra(extra[1:], "ack", fields, limits)
     elif mtype is MsgType.IHAVE or mtype is MsgType.GRAFT:
-        fields["refs"] = _decode_refs(_list(extra, mtype.name.lower(), 1)[0], mtype.name.lower(), limits)
+        what = "ihave" if mtype is MsgType.IHAVE else "graft"
+        fields["refs"] = _decode_refs(_list(extra, what, 1)[0], what, limits)
     elif mtype is MsgType.GOSSIP:
         digest, reply_wanted = _list(extra, "gossip", 2)
         if digest is not None:
@@ -781,7 +782,7 @@ def _decode_haves(raw: Any) -> HaveSet:
 def _decode_lazy_extra(tail: list, what: str, fields: dict[str, Any], limits: WireLimits) -> None:
     """An ack's optional ``[prune(, refs)]`` (see :func:`_lazy_extra`)."""
     if tail:
-        fields["prune"] = _bool(tail[0], f"{what} prune")
+        fields["prune"] = tail[0] if type(tail[0]) is bool else _bool(tail[0], f"{what} prune")
     if len(tail) == 2:
         fields["refs"] = _decode_refs(tail[1], f"{what} announcements", limits)
 
@@ -795,6 +796,12 @@ def _decode_refs(raw: Any, what: str, limits: WireLimits) -> tuple[tuple[str, in
         raise _fail(f"{what}: {len(entries)} diffs named", Reason.TOO_MANY_DIFFS)
     refs = []
     for entry in entries:
+        # The usual well-formed entry checked inline (no error text made for it).
+        if type(entry) is list and len(entry) == 2:
+            origin, seq = entry
+            if type(seq) is int and 1 <= seq < 2**64 and type(origin) is bytes and len(origin) == _ORIGIN_BYTES:
+                refs.append((id_hex(origin), seq))
+                continue
         origin, seq = _list(entry, f"{what} entry", 2)
         seq = _int(seq, f"{what} seq")
         if seq < 1:

@@ -1,12 +1,14 @@
-"""One run's nodes on several processes, in lock-step windows of virtual time.
+"""One run's nodes on several processes, each running ahead as far as the others allow.
 
 A run of the production engine is one event queue, and at N=10,000 a quarter of an hour of
 one core. Split by node index (node ``i`` lives in process ``i % K``), each process runs the
 queue of its own nodes; a frame to a node elsewhere waits in ``SimNetwork.remote``. No frame
-arrives sooner than the link model's least latency ``L`` after it left, so every process may
-run ``L`` virtual ms ahead of what it has heard from the others (a conservative parallel
-simulation): it handles its events up to the end of the window, then each pair of processes
-swaps the frames sent meanwhile, and the next window starts.
+arrives sooner than the link model's least latency ``L`` after it left, so a process may run
+to ``L`` past the virtual time the slowest other process last said it had reached (a
+conservative parallel simulation). Each runs in steps of ``L/5``, and after each sends the
+others how far it got and the frames for their nodes sent meanwhile: so none waits on the
+others' whole window (lock-step windows of ``L`` left both processes idle ~9 % of a run,
+each waiting out the other's share of each window).
 
 Events are ordered by time and cause (:class:`~simulations.network.SimNetwork`), and each
 sender draws its frames' fates from its own generator, so the result does not depend on how
@@ -17,9 +19,11 @@ from __future__ import annotations
 
 import multiprocessing
 import resource
+import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from queue import SimpleQueue
 from typing import Any, Protocol
 
 from .network import SimNetwork, index_of
@@ -41,38 +45,77 @@ class Shard:
         self.count = count
         self.lookahead_ms = lookahead_ms
         self.peers: dict[int, Connection] = {}  # the other parts, by index
+        self._heard: dict[int, tuple[int, int]] | None = None  # set up on the first run with peers
+        self._call = 0  # run_until calls so far: every part gets the same ones
+        self._outboxes: dict[int, SimpleQueue] = {}
 
     def owns(self, node: int) -> bool:
         return node % self.count == self.index
 
     def run_until(self, until_ms: int) -> None:
-        """Run to ``until_ms`` (every part is asked to, so the windows line up)."""
+        """Run to ``until_ms`` (every part is asked to, call for call)."""
         if not self.peers:
             self.net.run_until(until_ms)
             return
         net = self.net
-        while True:
-            self._swap()
-            end = min(until_ms, net.now + self.lookahead_ms)
-            net.run_until(end)
-            if end >= until_ms:
-                return
+        if self._heard is None:
+            self._start_links()
+        self._call += 1
+        start = net.now
+        self._tell(start)  # and with it what this part sent between calls (the boot's frames)
+        step = max(1, self.lookahead_ms // 5)
+        while net.now < until_ms:
+            # Every part's frames reach ours no sooner than L after it sent them, so we may run
+            # to L past where the slowest part last said it was: no lock-step, each runs ahead
+            # while it can. A part not yet heard in this call may still send frames of `start`.
+            horizon = self.lookahead_ms + min(
+                now if call == self._call else start - 1 for call, now in self._heard.values()
+            )
+            if horizon <= net.now:
+                self._take(block=True)
+                continue
+            net.run_until(min(until_ms, horizon, net.now + step))
+            self._tell(net.now)
+            self._take(block=False)
 
-    def _swap(self) -> None:
-        """Send each part the frames for its nodes, take theirs for ours. Pairs meet in one
-        order everywhere, the lower index sending first, so no two parts wait on each other."""
-        out: dict[int, list[list]] = {j: [] for j in self.peers}
-        for entry in self.net.take_remote():
-            out[index_of(entry[2]) % self.count].append(entry)
-        for j in sorted(self.peers):
-            conn = self.peers[j]
-            if self.index < j:
-                conn.send(out[j])
-                got = conn.recv()
-            else:
-                got = conn.recv()
-                conn.send(out[j])
-            self.receive(got)
+    def _start_links(self) -> None:
+        self._heard = dict.fromkeys(self.peers, (0, self.net.now))  # (call, virtual time) each last said
+        # A sender thread per part: a send that fills the pipe then waits in that thread, never
+        # in ours, so two parts sending each other much at once cannot wait on each other.
+        self._outboxes = {}
+        for j, conn in self.peers.items():
+            queue: SimpleQueue = SimpleQueue()
+            threading.Thread(target=_send_all, args=(conn, queue), name=f"to-part-{j}", daemon=True).start()
+            self._outboxes[j] = queue
+
+    def _tell(self, now: int) -> None:
+        """Send each part how far we have run and the frames for its nodes sent meanwhile."""
+        remote = self.net.take_remote()
+        if len(self.peers) == 1:  # two parts: all of it goes to the other
+            out = dict.fromkeys(self.peers, remote)
+        else:
+            out = {j: [] for j in self.peers}
+            for entry in remote:
+                out[index_of(entry[2]) % self.count].append(entry)
+        for j, queue in self._outboxes.items():
+            queue.put((self._call, now, out[j]))
+
+    def _take(self, block: bool) -> None:
+        """What the other parts sent: all that has come, or (``block``) at least the word of
+        the part furthest behind."""
+        heard = self._heard
+        if block:
+            slowest = min(heard, key=lambda j: (heard[j], j))  # (call, time): the furthest behind
+            self._take_one(slowest)
+        for j, conn in self.peers.items():
+            while conn.poll():
+                self._take_one(j)
+
+    def _take_one(self, j: int) -> None:
+        call, now, entries = self.peers[j].recv()
+        self._heard[j] = (call, now)
+        if entries:
+            self.receive(entries)
 
     def receive(self, entries: list[list]) -> None:
         """Frames from the other parts, for our nodes."""
@@ -188,6 +231,14 @@ def _serve(
             conn.send(("ok", getattr(shard, method)(*args)))
         except BaseException:
             conn.send(("error", traceback.format_exc()))
+            return
+
+
+def _send_all(conn: Connection, queue: SimpleQueue) -> None:
+    while True:
+        try:
+            conn.send(queue.get())
+        except (OSError, ValueError):  # the other part has gone: the run is failing anyway
             return
 
 
