@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser = sub.add_parser("run", help="one run, every strategy side by side")
     _add_common(run_parser, grid=False)
     run_parser.add_argument("--processes", type=int, default=1,
-                            help="processes the hyphae engines run on, in lock-step (0: one per core); "
+                            help="processes the hyphae engines run on, side by side (0: one per core); "
                                  "the results are the same on any number")  # fmt: skip
     sweep = sub.add_parser("sweep", help="a grid of runs over local processes")
     _add_common(sweep, grid=True)
