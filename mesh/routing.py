@@ -46,6 +46,7 @@ __all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView", "Partial
 _NEVER = np.iinfo(np.int64).max
 _ANY = -1
 _NONE = -2
+_WORST = float("-inf")  # below any similarity (a probe need not be a unit vector)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -279,7 +280,7 @@ class BeaconIndex:
             top = min(len(sims), 4 * count)
             picked = np.argpartition(-sims, top - 1)[:top]
             for owner, sim in zip(owners[picked].tolist(), sims[picked].tolist()):
-                if sim > best.get(owner, -2.0):
+                if sim > best.get(owner, _WORST):
                     best[owner] = sim
         ids = self._codes.owner_ids
         return [owner for _, owner in sorted((-sim, ids[code]) for code, sim in best.items())[:count]]

@@ -14,7 +14,7 @@ import random
 import msgpack
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mesh.errors import WireError
@@ -265,6 +265,7 @@ def test_a_gossip_answer_follows_the_control_state_through_its_changes():
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), count=st.integers(1, 12))
+@example(seed=3459, count=9)  # an owner whose best similarity to the (non-unit) probe is below -2
 def test_the_nearest_owners_are_ranked_by_their_best_beacon_then_by_id(seed, count):
     # What the vectorised ranking must give: every owner's most similar live beacon, best
     # first, ties by owner id (here every group's rows fit the rows it looks at).
