@@ -509,7 +509,8 @@ class MeshEngine:
         batch_id = fields.get("batch_id", 0) if mtype is MsgType.DATA else 0
         if mtype not in _CONTROL_PLANE:
             self._data_plane_sent_at = self._now
-        self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply, batch_id, diffs if data_bytes else ()))
+        data_diffs = diffs if data_bytes else ()
+        self._out.append(SendFrame(address, frame, data_bytes, not data_bytes, in_reply, batch_id, data_diffs))
 
     def _enqueue(self, peer_id: str, diff: Diff, energy: float, hold_until: int = 0) -> None:
         peer = self.peers.get(peer_id)

@@ -7,6 +7,7 @@ The private key is stored raw (32 bytes) in a 0600 file created atomically.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -17,20 +18,11 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 __all__ = ["NodeIdentity", "node_id_for"]
 
 
-# public key -> node id: every engine checks each member's key against its id, and a
-# simulator's thousands of engines in one process check the same few thousand keys.
-_NODE_IDS: dict[bytes, str] = {}
-
-
+# Every engine checks each member's key against its id: a simulator's thousands of engines in
+# one process check the same few thousand keys.
+@functools.lru_cache(maxsize=1 << 16)
 def node_id_for(public_key: bytes) -> str:
-    node_id = _NODE_IDS.get(public_key) if type(public_key) is bytes else None
-    if node_id is None:
-        node_id = hashlib.sha256(public_key).digest()[:16].hex()
-        if type(public_key) is bytes:
-            if len(_NODE_IDS) >= 1 << 16:
-                _NODE_IDS.clear()
-            _NODE_IDS[public_key] = node_id
-    return node_id
+    return hashlib.sha256(public_key).digest()[:16].hex()
 
 
 class NodeIdentity:

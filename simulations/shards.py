@@ -84,7 +84,6 @@ class Shard:
         self._heard = dict.fromkeys(self.peers, (0, self.net.now))  # (call, virtual time) each last said
         # A sender thread per part: a send that fills the pipe then waits in that thread, never
         # in ours, so two parts sending each other much at once cannot wait on each other.
-        self._outboxes = {}
         # The thread waits for the interpreter lock while ours runs the engines: a short switch
         # interval lets it write a step's word within ~0.5 ms, not 5, when another part waits on it.
         sys.setswitchinterval(0.0005)

@@ -270,7 +270,8 @@ class _HyphaeShard(Shard):
         elif isinstance(effect, SendFrame):
             if effect.data_bytes:
                 self.last_data_ms = net.now
-                cells = [_cell_index(d.payload.node_id) for d in effect.data_diffs if isinstance(d.payload, CellPayload)]
+                payloads = [d.payload for d in effect.data_diffs]
+                cells = [_cell_index(p.node_id) for p in payloads if isinstance(p, CellPayload)]
                 rec.data_frames += 1
                 for cell in cells:
                     rec.sent(cell, index_of(host.address), len(effect.frame) // max(1, len(cells)))
