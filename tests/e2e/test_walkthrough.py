@@ -22,7 +22,6 @@ import shlex
 import string
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx

@@ -13,10 +13,10 @@ from mesh.errors import Reason
 from mesh.events import (
     BeaconPlaced, BeaconRemoved, CellForgotten, CellStored, PeerDiscovered, SceneChanged, SendFailed, SendFrame,
 )  # fmt: skip
-from mesh.membership import LIVENESS, Liveness, Peer, PeerState, PeerTable
+from mesh.membership import LIVENESS, Liveness, PeerState, PeerTable
 from mesh.team import Team
 from mesh.testing import LinkConditions, VirtualNetwork, make_engine
-from mesh.wire import BeaconPayload, CellPayload, MsgType, decode_envelope
+from mesh.wire import BeaconPayload, CellPayload, decode_envelope
 from node.energy import EnergyModel
 
 ENERGY = EnergyModel()

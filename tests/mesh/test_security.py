@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from mesh.engine import MeshEngine
@@ -12,8 +11,8 @@ from mesh.errors import Reason
 from mesh.events import BeaconPlaced, CellStored, FrameReceived, PeerDiscovered, SendFrame
 from mesh.identity import NodeIdentity
 from mesh.team import Team
-from mesh.testing import VirtualNetwork, make_engine
-from mesh.wire import CellPayload, Diff, Envelope, MsgType, decode_envelope, encode_envelope, sign_diff
+from mesh.testing import make_engine
+from mesh.wire import Diff, Envelope, MsgType, encode_envelope, sign_diff
 
 from .test_engine import ENERGY, Mesh, beacon, cell, unit
 
