@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+import app  # noqa: F401  (first: one BLAS thread per operation, as in the daemon)
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

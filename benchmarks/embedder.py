@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import app  # noqa: F401  (first: one BLAS thread per operation, as in the daemon)
 from node.embedding import HashedEmbedder, load_embedder  # noqa: E402
 from node.embedding.base import Embedder  # noqa: E402
 

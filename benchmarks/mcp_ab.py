@@ -41,7 +41,7 @@ class CopiedNode:
         self.home, self.key = root / "home", key
         shutil.copytree(template, self.home)
         with open(root / "daemon.log", "ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "node.cli", "--home", str(self.home), "up"],
+            self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "--home", str(self.home), "up"],
                                             cwd=code, env={**mb.server_env(server), "PYTHONPATH": str(code)},
                                             stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         self.url = mb.wait_for_daemon(self.home, self.process, root / "daemon.log")["api_url"]

@@ -22,7 +22,7 @@ What is measured:
 - stdio: ``hyphae mcp`` subprocess, one recall at a time (write a line, read a line),
   p50/p99 over ``--stdio-calls`` calls after a warm-up; hits and misses again.
 - each server's floor: a no-op ASGI app (reads the body, answers a fixed JSON body) on the
-  server (``HYPHAE_HTTP_SERVER``: ``lean`` is ``mesh/runtime/http_server.py``, ``hypercorn``
+  server (``HYPHAE_HTTP_SERVER``: ``lean`` is ``web/server.py``, ``hypercorn``
   its trio worker), configured as the daemon configures it, loaded by the same 8 clients.
   What a request costs the server before any of Hyphae's code runs.
 - the hashed node is measured once per server in ``--servers`` (a fresh node each), one
@@ -62,9 +62,9 @@ import trio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from node.home import init_home  # noqa: E402
+from app.home import init_home  # noqa: E402
 
-HYPHAE = (sys.executable, "-m", "node.cli")
+HYPHAE = (sys.executable, "-m", "app.cli")
 HIT_QUERIES = [f"how do we handle {topic} in the {area}" for topic, area in itertools.product(
     ("retries", "schema migrations", "auth tokens", "caching", "rate limits", "logging", "feature flags", "backups"),
     ("billing service", "frontend", "data pipeline", "mobile app", "search cluster", "admin console", "CI", "gateway"),
@@ -164,7 +164,7 @@ def serve_noop() -> None:
     as the daemon sets it up; print the port first."""
     import socket
 
-    from mesh.runtime.http_server import HttpLimits, serve_asgi
+    from web.server import HttpLimits, serve_asgi
 
     async def app(scope, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -182,7 +182,7 @@ def serve_noop() -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     print(sock.getsockname()[1], flush=True)
-    limits = HttpLimits(keep_alive_timeout=75, graceful_timeout=5)  # as node/daemon.py sets it up
+    limits = HttpLimits(keep_alive_timeout=75, graceful_timeout=5)  # as app/daemon.py sets it up
     trio.run(partial(serve_asgi, app, sock, limits=limits))
 
 
@@ -439,8 +439,8 @@ _OWNERS = (
       "node/database.py"), "facade (service, index, auth, SQLite reads)"),
     (("mcp_bridge/dispatch.py", "mcp_bridge/tools.py", "mcp_bridge/schema.py", "mcp_bridge/jsonrpc.py", "json/"),
      "MCP dispatch + JSON"),
-    (("mcp_bridge/http.py", "node/api/", "node/daemon.py"), "MCP HTTP app + API router"),
-    (("hypercorn", "h11", "http_server.py"), "HTTP server (hypercorn or ours) + h11"),
+    (("mcp_bridge/http.py", "api/rest/", "app/daemon.py"), "MCP HTTP app + API router"),
+    (("hypercorn", "h11", "web/server.py"), "HTTP server (hypercorn or ours) + h11"),
     (("trio",), "trio socket I/O + scheduling"),
 )
 _IDLE = ("epoll_wait", "_io_epoll.py:243", "_thread_cache.py", "worker.py:62", "database.py:194", "database.py:199", "queue.py",

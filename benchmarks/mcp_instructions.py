@@ -78,7 +78,7 @@ def run_daemon(code: Path, template: Path, key: str, root: Path, requests: int, 
     shutil.copytree(template, home)
     out = root / "callgrind.out"
     log = open(root / "daemon.log", "wb")
-    process = subprocess.Popen([*VALGRIND, f"--callgrind-out-file={out}", sys.executable, "-m", "node.cli",
+    process = subprocess.Popen([*VALGRIND, f"--callgrind-out-file={out}", sys.executable, "-m", "app.cli",
                                 "--home", str(home), "up"], cwd=code, env={**mb.server_env(server), "PYTHONPATH": str(code)},
                                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:

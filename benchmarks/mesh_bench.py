@@ -3,7 +3,7 @@
     python benchmarks/mesh_bench.py                      # full run (sustained part 60 s)
     python benchmarks/mesh_bench.py --seconds 10         # quick run
 
-Every node is a real daemon (``python -m node.cli up``) on its own data dir, API and mesh
+Every node is a real daemon (``python -m app.cli up``) on its own data dir, API and mesh
 on ephemeral 127.0.0.1 ports, one team, static peers (all point at n0; peer diffs do the
 rest), no zeroconf. The harness is ``tests/e2e_mesh/cluster.py``. Three parts:
 

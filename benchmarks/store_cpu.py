@@ -20,13 +20,14 @@ import threading
 import time
 from pathlib import Path
 
+import app  # noqa: F401  (first: one BLAS thread per operation, as in the daemon)
 import numpy as np
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.store_bench import PoolEmbedder, clustered  # noqa: E402
-from node.home import init_home, open_node  # noqa: E402
+from app.home import init_home, open_node  # noqa: E402
 from node.layers import LayerSet  # noqa: E402
 
 

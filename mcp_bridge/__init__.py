@@ -29,7 +29,7 @@ from .dispatch import (
     negotiate_protocol_version,
 )
 from .errors import REASON_CODES
-from .http import MAX_BODY_BYTES, is_loopback_origin, make_mcp_app
+from .http import MAX_BODY_BYTES, make_mcp_app
 from .jsonrpc import JsonRpcError
 from .relay import HttpRelay
 from .stdio import MAX_LINE_BYTES, serve_stdio
@@ -48,7 +48,6 @@ __all__ = [
     "Tool",
     "tool_descriptors",
     "make_mcp_app",
-    "is_loopback_origin",
     "MAX_BODY_BYTES",
     "serve_stdio",
     "MAX_LINE_BYTES",

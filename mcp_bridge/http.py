@@ -31,29 +31,23 @@ any 127.0.0.0/8 address or ``[::1]``, on any port.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from node.origins import is_loopback_origin
 from node.errors import HyphaeError
+from web.asgi import ASGIApp, BodyTooLarge, ClientGone, Receive, Scope, Send, read_body, send_bytes, serve_lifespan
+from web.origins import is_loopback_origin
 
 from . import jsonrpc
 from .dispatch import SUPPORTED_PROTOCOL_VERSIONS, Dispatcher
 from .errors import from_hyphae_error, internal_error, reason_error
 from .jsonrpc import INVALID_REQUEST, PARSE_ERROR, JsonRpcError
 
-__all__ = ["MAX_BODY_BYTES", "make_mcp_app", "is_loopback_origin"]
+__all__ = ["MAX_BODY_BYTES", "make_mcp_app"]
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
 
 # The only request headers the checks read; the others are never decoded.
 _READ_HEADERS = {name.encode(): name for name in (
@@ -75,36 +69,13 @@ def _headers(scope: Scope) -> dict[str, str]:
 
 
 async def _send_json(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_bytes(send, status, body, b"application/json", extra)
 
 
 async def _send_error(
     send: Send, status: int, error: JsonRpcError, extra: tuple[tuple[bytes, bytes], ...] = ()
 ) -> None:
     await _send_json(send, status, jsonrpc.encode(jsonrpc.failure(None, error)), extra)
-
-
-class _ClientGone(Exception):
-    pass
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, or None as soon as it passes ``limit`` (the rest is never read)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _too_large() -> JsonRpcError:
@@ -115,23 +86,13 @@ def _too_large() -> JsonRpcError:
     )
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable[Any]]) -> ASGIApp:
     """The ASGI app serving MCP for ``dispatcher``; ``authenticate(key)`` returns a principal
     or raises ``node.errors.Unauthenticated``."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await serve_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -201,10 +162,10 @@ def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable
             await _send_error(send, 413, _too_large())
             return
         try:
-            body = await _read_body(receive, MAX_BODY_BYTES)
-        except _ClientGone:
+            body = await read_body(receive, MAX_BODY_BYTES)
+        except ClientGone:
             return
-        if body is None:
+        except BodyTooLarge:
             await _send_error(send, 413, _too_large())
             return
 

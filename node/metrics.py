@@ -10,9 +10,7 @@ number and the sans-IO engine never learns about Prometheus.
 Every :class:`NodeMetrics` owns its own ``CollectorRegistry``: several services in one
 process (tests, benchmarks) never share or collide on a metric.
 
-``GET /metrics`` is served without a key. The API port is loopback-only unless
-``--allow-remote`` is given, the numbers carry no memory content and no key, and
-scrapers expect an open endpoint; the origin guard of the API port still applies.
+The REST surface serves the exposition at ``GET /metrics`` (:mod:`api.rest.metrics`).
 """
 
 from __future__ import annotations
@@ -26,9 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from .origins import is_loopback_origin
-
-__all__ = ["NodeMetrics", "observed", "InstrumentedTools", "CONTENT_TYPE", "metrics_app"]
+__all__ = ["NodeMetrics", "observed", "InstrumentedTools", "CONTENT_TYPE"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -246,24 +242,3 @@ def _mesh_metrics(status: dict[str, Any]) -> Iterator[Metric]:
         runtime.get("frames_dropped_queue_full", 0),
     )  # fmt: skip
     yield counter("hyphae_mesh_send_failures", "Frames that could not be delivered", runtime.get("send_failures", 0))
-
-
-def metrics_app(metrics: NodeMetrics):
-    """``GET /metrics``: the exposition; anything else on that path is a 405."""
-
-    async def app(scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        origin = dict(scope.get("headers", ())).get(b"origin")
-        if origin is not None and not is_loopback_origin(origin.decode("latin-1")):
-            status, body, content_type = 403, b"not a loopback origin\n", b"text/plain; charset=utf-8"
-        elif scope["method"] not in ("GET", "HEAD"):
-            status, body, content_type = 405, b"use GET\n", b"text/plain; charset=utf-8"
-        else:
-            status, body, content_type = 200, metrics.exposition(), CONTENT_TYPE.encode()
-        await send({
-            "type": "http.response.start", "status": status,
-            "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-                        (b"cache-control", b"no-store")],
-        })  # fmt: skip
-        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
-
-    return app

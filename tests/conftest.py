@@ -6,6 +6,7 @@ for ``minilm`` (the built-in model, loaded once per session).
 
 from __future__ import annotations
 
+import app  # noqa: F401  (first: one BLAS thread per operation, as in the daemon)
 import itertools
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import trio
 
 from node.embedding import HashedEmbedder, load_embedder
-from node.home import init_home, open_node
+from app.home import init_home, open_node
 
 
 class FakeClock:

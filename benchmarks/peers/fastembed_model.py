@@ -29,6 +29,7 @@ import struct
 import sys
 from pathlib import Path
 
+import app  # noqa: F401  (first: one BLAS thread per operation, as in the daemon)
 import numpy as np
 
 HF_REPO = "Qdrant/all-MiniLM-L6-v2-onnx"  # fastembed's source for sentence-transformers/all-MiniLM-L6-v2

@@ -78,7 +78,7 @@ def _hyphae_params(node: Any, key: str):
     from mcp import StdioServerParameters
 
     env = {"HYPHAE_HOME": str(node.home), "HYPHAE_API_KEY": key, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    return StdioServerParameters(command=sys.executable, args=["-m", "node.cli", "mcp"], env=env, cwd=os.getcwd())
+    return StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp"], env=env, cwd=os.getcwd())
 
 
 async def _hyphae_sessions(a, b, c, keys, deliveries, gap, wait_beacons_known) -> dict[str, Any]:

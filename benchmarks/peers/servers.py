@@ -160,7 +160,7 @@ class Hyphae(Peer):
     """Hyphae from a snapshot of one commit (``git archive``, default ``HEAD``), so a run measures
     committed code while others edit the work tree; ``rev="worktree"`` measures the checkout as it
     is. The snapshot is put first on ``PYTHONPATH`` and made the working directory (``use()``), so
-    every ``python -m node.cli`` this harness starts imports it instead of the editable install.
+    every ``python -m app.cli`` this harness starts imports it instead of the editable install.
     """
 
     name = "hyphae"
@@ -199,7 +199,7 @@ class Hyphae(Peer):
 
     def _cli(self, home: Path, *args: str, key: str | None = None) -> str:
         env = {"HYPHAE_HOME": str(home), **({"HYPHAE_API_KEY": key} if key else {})}
-        return run([sys.executable, "-m", "node.cli", *args], env=env, cwd=self.src, timeout=120)
+        return run([sys.executable, "-m", "app.cli", *args], env=env, cwd=self.src, timeout=120)
 
     def new_store(self, root: Path) -> Store:
         from tests.e2e_mesh.cluster import edit_config
@@ -214,7 +214,7 @@ class Hyphae(Peer):
         from mcp import StdioServerParameters
 
         env = {**_python_env(), "PYTHONPATH": str(self.src), **store.env}
-        return StdioServerParameters(command=sys.executable, args=["-m", "node.cli", "mcp"], env=env, cwd=str(self.src))
+        return StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp"], env=env, cwd=str(self.src))
 
     async def store(self, client: Any, text: str, kind: str, tag: str) -> str:
         result = await client.call_tool("store", {"content": text, "cell_type": _HYPHAE_TYPES.get(kind, "Fact")})

@@ -6,10 +6,8 @@ its effects (frames to per-peer send lanes, timers, everything else to an
 :class:`EffectSink`). :class:`HttpTransport` sends frames; :func:`make_mesh_app` is
 the mesh port's ASGI app; :class:`Discovery` proposes peers found by zeroconf;
 :class:`FaultPlan` injects partitions, delay and loss between real processes.
-:mod:`.http_server` is the HTTP/1.1 server (h11 + trio) of the mesh port and of the node's
-API port too: it lives here, with the package's other trio and HTTP code, because ``node``
-imports ``mesh`` and never the other way round.
-Nothing outside this package imports trio, httpx, hypercorn or zeroconf.
+The mesh port is served by :mod:`web.server`, the HTTP/1.1 server (h11 + trio) the node's API
+port uses too. Nothing else in ``mesh`` imports trio, httpx, hypercorn or zeroconf.
 """
 
 from .discovery import SERVICE_TYPE, Discovery

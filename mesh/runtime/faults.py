@@ -15,7 +15,7 @@ ephemeral port, partition each side's *outgoing* traffic: ``a.partition(b)`` and
 ``b.partition(a)``. Random choices come from a seeded ``random.Random``.
 
 A daemon started with ``HYPHAE_MESH_FAULTS=/path/faults.json`` (a test hook, see
-``node/mesh_node.py``) keeps its plan equal to that file (:func:`watch_fault_file`,
+``app/mesh_node.py``) keeps its plan equal to that file (:func:`watch_fault_file`,
 :meth:`FaultPlan.apply_spec`), so tests with real processes partition, slow down and
 heal running daemons by rewriting one file per node.
 """

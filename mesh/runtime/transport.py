@@ -37,11 +37,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 import trio
 
+from web.asgi import BodyTooLarge, ClientGone, read_body, send_bytes, serve_lifespan
+from web.server import HttpLimits, serve_asgi
+
 from ..errors import MeshError
 from ..wire import WIRE_VERSION
 from .faults import FaultPlan, Verdict
 from .http_client import BadResponse, FrameClient, FrameClientError, ResponseTimeout
-from .http_server import HttpLimits, serve_asgi
 
 if TYPE_CHECKING:
     from .driver import MeshRuntime
@@ -306,14 +308,6 @@ class MemoryTransport(_Counted):
 # -- the server side ----------------------------------------------------------------------
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
-class _Disconnected(Exception):
-    pass
-
-
 class MeshApp:
     """The ASGI app of the mesh port. Counts what it refuses in ``runtime.counters``."""
 
@@ -333,7 +327,7 @@ class MeshApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict]], send: Callable) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await serve_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return  # websockets: not served; closing the scope refuses them
@@ -362,13 +356,13 @@ class MeshApp:
         declared = _content_length(scope)
         try:
             if declared is not None and declared > self.max_frame_bytes:
-                raise _BodyTooLarge
-            frame = await _read_body(receive, self.max_frame_bytes)
-        except _BodyTooLarge:
+                raise BodyTooLarge(self.max_frame_bytes)
+            frame = await read_body(receive, self.max_frame_bytes)
+        except BodyTooLarge:
             counters["http_oversized"] += 1
             await _respond(send, 413, b"frame too large\n", headers=[(b"connection", b"close")])
             return
-        except _Disconnected:
+        except ClientGone:
             counters["http_disconnected"] += 1
             return
         try:
@@ -401,39 +395,11 @@ def _content_length(scope: dict[str, Any]) -> int | None:
     return None
 
 
-async def _read_body(receive: Callable, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        body = message.get("body", b"")
-        size += len(body)
-        if size > limit:
-            raise _BodyTooLarge
-        chunks.append(body)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 async def _respond(
     send: Callable, status: int, body: bytes, *, content_type: bytes = b"text/plain; charset=utf-8",
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:  # fmt: skip
-    head = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *(headers or ())]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _lifespan(receive: Callable, send: Callable) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    await send_bytes(send, status, body, content_type, headers or ())
 
 
 # -- serving ------------------------------------------------------------------------------
@@ -457,7 +423,7 @@ async def serve_mesh(
     graceful_timeout: float = 2.0, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:  # fmt: skip
     """Serve ``app`` on ``sock`` until cancelled (or ``shutdown_trigger`` returns), with the
-    server :func:`~mesh.runtime.http_server.serve_asgi` picks. The server takes ``sock`` over
+    server :func:`~web.server.serve_asgi` picks. The server takes ``sock`` over
     and closes it when it stops: ``sock`` must not be used afterwards."""
     limits = HttpLimits(graceful_timeout=graceful_timeout)
     await serve_asgi(app, sock, shutdown_trigger=shutdown_trigger, limits=limits, task_status=task_status)

@@ -1,7 +1,7 @@
 """End-to-end fixtures: real ``hyphae`` processes on fresh data dirs.
 
 Every test here talks to the product the way a user's machine does: a daemon started
-with ``python -m node.cli up`` (our h11 server on trio, an ephemeral port on 127.0.0.1, found
+with ``python -m app.cli up`` (our h11 server on trio, an ephemeral port on 127.0.0.1, found
 through ``daemon.json``), agents made with ``hyphae agent add``, ``hyphae mcp`` driven
 over its stdin/stdout. Nothing is imported from the product except to *prepare* a data
 dir (``init_home``) and to read constants for comparison.
@@ -40,9 +40,9 @@ from typing import Any
 import httpx
 import pytest
 
-from node.home import init_home
+from app.home import init_home
 
-HYPHAE = (sys.executable, "-m", "node.cli")
+HYPHAE = (sys.executable, "-m", "app.cli")
 DEADLINE = 30.0  # seconds: generous, because CI machines are small and busy
 GRACE = 5.0  # seconds between SIGTERM and SIGKILL
 
@@ -228,7 +228,7 @@ def prepare_agents(home: Path, *names: str) -> dict[str, str]:
     than one ``hyphae agent add`` process per agent, each of which opens the node)."""
     import trio
 
-    from node.home import open_node
+    from app.home import open_node
 
     async def make() -> dict[str, str]:
         async with open_node(home) as service:

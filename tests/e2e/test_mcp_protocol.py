@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from node.api.rest import ROUTES
+from api.rest.rest import ROUTES
 
 from .conftest import DEADLINE, Daemon, add_agents, make_home, run_cli, start_daemon
 

@@ -146,7 +146,7 @@ def test_sdk_over_stdio(sdk_node) -> None:
     daemon, keys = sdk_node
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "node.cli", "--home", str(daemon.home), "mcp"],
+        args=["-m", "app.cli", "--home", str(daemon.home), "mcp"],
         env={"HYPHAE_API_KEY": keys["alice"]},
     )
 
@@ -233,7 +233,7 @@ _OLD_SDK_CLIENT = textwrap.dedent(
     async def main():
         report = {}
         started = time.monotonic()
-        params = StdioServerParameters(command=server_python, args=["-m", "node.cli", "--home", home, "mcp"],
+        params = StdioServerParameters(command=server_python, args=["-m", "app.cli", "--home", home, "mcp"],
                                        env={"HYPHAE_API_KEY": key})
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:

@@ -3,7 +3,7 @@
 A :class:`Lab` owns every data dir and process it makes. Each :class:`MeshNode` is a data
 dir (``hyphae init`` + ``team create|join``, either through the CLI as a user would or
 in-process for speed) whose config is edited to listen on ephemeral loopback ports; its
-daemon is ``python -m node.cli --home DIR up ...`` as a child process, found through
+daemon is ``python -m app.cli --home DIR up ...`` as a child process, found through
 ``daemon.json`` and ``/healthz``. :meth:`Lab.close` stops everything (SIGTERM to all,
 then SIGKILL after ``GRACE`` seconds, then reaped), and the pytest fixture calls it in
 teardown whatever happened in the test.
@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-HYPHAE = (sys.executable, "-m", "node.cli")
+HYPHAE = (sys.executable, "-m", "app.cli")
 DEADLINE = 30.0  # seconds, for anything without a tighter deadline of its own
 START_DEADLINE = 60.0  # a daemon with the built-in model on a busy 2-core machine
 GRACE = 5.0  # seconds between SIGTERM and SIGKILL
@@ -238,7 +238,7 @@ class MeshNode:
             self.process.kill()
         return self.process.wait(GRACE)
 
-    # -- test hooks (read by the daemon from its environment; see node/mesh_node.py)
+    # -- test hooks (read by the daemon from its environment; see app/mesh_node.py)
 
     @property
     def faults_file(self) -> Path:
@@ -405,7 +405,7 @@ class Lab:
         start-ups on a busy machine.
         """
         from mesh.team import Team
-        from node.home import init_home
+        from app.home import init_home
         from node.teams import adopt_team
 
         nodes = [self._new(name, provider) for name in names]

@@ -1,6 +1,6 @@
 """Mesh faults with real processes (issue 7, item 4): five ``hyphae up`` daemons on 127.0.0.1.
 
-Every daemon runs with the two test hooks of ``node/mesh_node.py``: its mesh transport
+Every daemon runs with the two test hooks of ``app/mesh_node.py``: its mesh transport
 follows a fault file the test rewrites (``HYPHAE_MESH_FAULTS``), and n3's clock runs 5
 minutes ahead of the wall clock, n4's 5 minutes behind (``HYPHAE_CLOCK_OFFSET_MS``), for
 the whole run. One agent per node; each places a beacon on the project ``all`` and one

@@ -8,7 +8,8 @@ import pytest
 import trio
 
 from mcp_bridge import Dispatcher, make_mcp_app
-from mcp_bridge.http import MAX_BODY_BYTES, is_loopback_origin
+from mcp_bridge.http import MAX_BODY_BYTES
+from web.origins import is_loopback_origin
 from node import errors
 from tests.mcp_bridge.fakes import ALICE, BOB, FakeService, asgi_request
 

@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 server (``mesh.runtime.http_server``) against a real loopback socket.
+"""The lean HTTP/1.1 server (``web.server``) against a real loopback socket.
 
 Each story starts ``serve_http`` on an ephemeral port with a small test app and talks to it
 with a raw socket (so pipelining, malformed heads and slow clients can be written byte by
@@ -15,7 +15,7 @@ import httpx
 import pytest
 import trio
 
-from mesh.runtime.http_server import SERVER_ENV, HttpLimits, serve_asgi, serve_http, server_choice
+from web.server import SERVER_ENV, HttpLimits, serve_asgi, serve_http, server_choice
 
 FAST = HttpLimits(keep_alive_timeout=5, header_timeout=0.5, read_timeout=0.5, write_timeout=1,
                   graceful_timeout=2, linger_timeout=0.5, reap_interval=0.05, max_body_bytes=4096)  # fmt: skip
@@ -284,7 +284,7 @@ async def test_an_app_exception_is_500_and_the_connection_survives() -> None:
 
 
 async def test_a_failure_inside_the_server_costs_one_connection_not_the_server(monkeypatch) -> None:
-    from mesh.runtime import http_server
+    from web import server as http_server
 
     original = http_server._Connection._scope
 

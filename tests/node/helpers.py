@@ -76,7 +76,7 @@ def reply_json(handler: BaseHTTPRequestHandler, document: object) -> None:
 def run_cli(monkeypatch, capsys, argv: list[str], key: str | None) -> tuple[int, str, str]:
     """Run ``hyphae argv`` in this process with ``key`` as HYPHAE_API_KEY (or none):
     ``(exit code, stdout, stderr)``."""
-    from node.cli import main
+    from app.cli import main
 
     capsys.readouterr()
     if key is None:

@@ -1,8 +1,8 @@
 """The ``hyphae`` command line: output a person (or a script) can use, and exit codes that mean something.
 
-Exit codes (node/cli/): 0 done, 1 the operation failed, 2 bad usage, 3 no usable data dir,
+Exit codes (app/cli/): 0 done, 1 the operation failed, 2 bad usage, 3 no usable data dir,
 4 not authenticated. The story test runs the real console entry in subprocesses; the rest call
-``node.cli.main`` in-process (same code, no interpreter start and model load per call). The CLI uses
+``app.cli.main`` in-process (same code, no interpreter start and model load per call). The CLI uses
 the data dir's configured embedder, i.e. the built-in MiniLM model.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from node.cli import main
-from node.home import open_node
+from app.cli import main
+from app.home import open_node
 
 from .helpers import run_cli
 
@@ -29,14 +29,14 @@ UUID_LINE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 
 
 def hyphae(home: Path, *args: str, key: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run ``python -m node.cli`` as a user would run ``hyphae``."""
+    """Run ``python -m app.cli`` as a user would run ``hyphae``."""
     env = {k: v for k, v in os.environ.items() if k not in ("HYPHAE_API_KEY", "HYPHAE_HOME")}
     env["HYPHAE_HOME"] = str(home)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     if key is not None:
         env["HYPHAE_API_KEY"] = key
     return subprocess.run(
-        [sys.executable, "-m", "node.cli", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "app.cli", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -1,7 +1,7 @@
 """The CLI as a guide and for scripts: grouped help, ``--json`` on every read command, beacons,
 export / import (both formats) with their exit codes, colour only where it belongs.
 
-In-process through ``node.cli.main`` (same code as the console entry), the hashed embedder."""
+In-process through ``app.cli.main`` (same code as the console entry), the hashed embedder."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from node.cli import build_parser, main
-from node.term import paint
+from app.cli import build_parser, main
+from app.term import paint
 
 from .helpers import run_cli
 
@@ -90,7 +90,7 @@ def test_beacons_from_the_command_line(cli):
 
 
 def test_export_and_import_from_the_command_line(cli, hashed_home, tmp_path):
-    from node.home import init_home
+    from app.home import init_home
 
     alice = agent(cli)
     for i in range(3):

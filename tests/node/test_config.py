@@ -14,7 +14,7 @@ from node.config import DEFAULT_BEACON_THRESHOLD, load_config, resolve_home, wri
 from node.embedding import HashedEmbedder
 from node.energy import DEFAULT_ENERGY
 from node.errors import ConfigError
-from node.home import init_home, open_node
+from app.home import init_home, open_node
 
 
 def set_config(home: Path, text: str) -> None:

@@ -1,4 +1,4 @@
-"""The CLI's client to a running daemon (``node.client.DaemonClient``), against a real socket."""
+"""The CLI's client to a running daemon (``app.client.DaemonClient``), against a real socket."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from node.client import DaemonClient
+from app.client import DaemonClient
 from node.errors import NotFound, Unavailable
 
 

@@ -19,9 +19,9 @@ import httpx
 import pytest
 import trio
 
-from node.api import dashboard
-from node.daemon import run_daemon
-from node.home import init_home
+from api.rest import dashboard
+from app.daemon import run_daemon
+from app.home import init_home
 from tests.e2e_mesh.cluster import edit_config
 
 DEADLINE = 30

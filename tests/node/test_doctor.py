@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from node.cli import main
-from node.daemon_file import DAEMON_FILE
-from node.doctor import FAIL, OK, WARN, run_doctor
-from node.home import init_home
+from app.cli import main
+from app.daemon_file import DAEMON_FILE
+from app.doctor import FAIL, OK, WARN, run_doctor
+from app.home import init_home
 from node.lock import DataDirLock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -235,7 +235,7 @@ def test_cells_in_another_embedding_space(node, minilm):
 def daemon_running(home: Path, log_path: Path):
     """``hyphae up --no-discovery`` for ``home`` until the block ends; yields its daemon.json."""
     log = open(log_path, "wb")
-    process = subprocess.Popen([sys.executable, "-m", "node.cli", "--home", str(home), "up", "--no-discovery"],
+    process = subprocess.Popen([sys.executable, "-m", "app.cli", "--home", str(home), "up", "--no-discovery"],
                                stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     try:
         deadline = time.monotonic() + 60
@@ -264,7 +264,7 @@ def test_peers_of_a_running_daemon(node):
 
 
 def test_the_command_exits_1_on_a_failure_and_prints_fixes(node, capsys, monkeypatch):
-    monkeypatch.setattr("node.doctor._open_zeroconf", zeroconf_works)
+    monkeypatch.setattr("app.doctor._open_zeroconf", zeroconf_works)
     assert main(["--home", str(node), "doctor"]) == 0
     out = capsys.readouterr().out
     assert "\x1b[" not in out  # not a terminal: no colour

@@ -23,7 +23,7 @@ import trio
 from node.database import Database
 from node.embedding import HashedEmbedder
 from node.errors import ConfigError, NotFound
-from node.home import open_node
+from app.home import open_node
 from node.schema import SCHEMA_VERSION, migrate
 
 @pytest.fixture
@@ -44,7 +44,7 @@ CRASH_CHILD = r"""
 import sys, uuid, trio
 from pathlib import Path
 from node.embedding import HashedEmbedder
-from node.home import open_node
+from app.home import open_node
 
 home, key = Path(sys.argv[1]), sys.argv[2]
 
@@ -73,7 +73,7 @@ RESTART_CHILD = r"""
 import os, signal, sys, trio
 from pathlib import Path
 from node.embedding import HashedEmbedder
-from node.home import open_node
+from app.home import open_node
 
 home, key = Path(sys.argv[1]), sys.argv[2]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from node.errors import ConfigError
-from node.logs import redact, setup_logging
+from app.logs import redact, setup_logging
 from node.principals import new_api_key
 
 
@@ -81,7 +81,7 @@ def test_an_unknown_level_or_format_is_an_error_that_changes_nothing(env: dict[s
 
 def test_the_cli_refuses_an_unknown_level_with_the_config_exit_code(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "node.cli", "--home", str(tmp_path / "none"), "status"],
+        [sys.executable, "-m", "app.cli", "--home", str(tmp_path / "none"), "status"],
         env={"HYPHAE_LOG_LEVEL": "loud", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 3, result.stderr

@@ -17,7 +17,7 @@ import trio
 from mesh import events as ev
 from mesh.identity import NodeIdentity
 from mesh.wire import CellPayload, PeerPayload, sign_diff
-from node.mesh_link import MeshLink
+from app.mesh_link import MeshLink
 from node.mesh_log import SqliteDiffLog
 
 TOPIC = "the postgres connection pool size"
@@ -81,7 +81,7 @@ async def test_the_daemons_runtime_hands_a_batch_to_the_link_as_one_write_job(se
     # The daemon gives the runtime a sink that finds the link later (run_mesh's _LazySink);
     # the runtime batches only when its sink offers apply_many.
     from mesh.runtime import MemoryHub, MemoryTransport, MeshRuntime
-    from node.mesh_node import _LazySink
+    from app.mesh_node import _LazySink
 
     reader, link, origin = await reader_and_link(service, make_agent)
     batch = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in range(1, 11)]
@@ -110,7 +110,7 @@ class _FrameBatchesEngine:
 
 async def test_frames_queued_together_are_ingested_as_one_write_job(service, make_agent):
     from mesh.runtime import MemoryHub, MemoryTransport, MeshRuntime
-    from node.mesh_node import _LazySink
+    from app.mesh_node import _LazySink
 
     reader, link, origin = await reader_and_link(service, make_agent)
     first = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in range(1, 6)]

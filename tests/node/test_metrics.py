@@ -18,9 +18,9 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from mesh.team import Team
-from node.daemon import run_daemon
+from app.daemon import run_daemon
 from node.embedding import HashedEmbedder
-from node.home import init_home, open_node
+from app.home import init_home, open_node
 from node.teams import adopt_team
 from tests.e2e_mesh.cluster import edit_config
 

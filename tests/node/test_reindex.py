@@ -11,11 +11,11 @@ import pytest
 import trio
 
 from node import reindex as reindex_module
-from node.cli import main
-from node.daemon_file import DAEMON_FILE
+from app.cli import main
+from app.daemon_file import DAEMON_FILE
 from node.embedding import HashedEmbedder, RemoteEmbedder
 from node.errors import Unavailable
-from node.home import open_node
+from app.home import open_node
 from node.lock import DataDirLock
 from node.progress import Progress
 from node.reindex import reindex

@@ -14,7 +14,7 @@ import json
 import numpy as np
 import trio
 
-from node.home import open_node
+from app.home import open_node
 
 N = 100_000
 DIM = 16

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from node.errors import HyphaeError
-from node.home import open_node
+from app.home import open_node
 from node.embedding import HashedEmbedder
 from tests.node.helpers import rejected, store
 

@@ -9,7 +9,7 @@ import trio
 
 from node.embedding import HashedEmbedder
 from node.errors import HyphaeError
-from node.home import open_node
+from app.home import open_node
 from tests.node.helpers import rejected, second_tenant_key, store
 
 

@@ -502,7 +502,7 @@ async def test_a_burst_of_recalls_is_counted_in_one_write_and_a_close_writes_the
     none is lost: the scheduled drain, or the close, writes them all."""
     from node import service as service_module
     from node.embedding import HashedEmbedder
-    from node.home import open_node
+    from app.home import open_node
 
     monkeypatch.setattr(service_module, "RECALL_HITS_INTERVAL", 3600.0)  # no timer fires in this test
     texts = [f"release checklist step {i} for the payments service" for i in range(6)]

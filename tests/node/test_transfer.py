@@ -12,7 +12,7 @@ import trio
 
 from node import transfer
 from node.embedding import HashedEmbedder
-from node.home import init_home, open_node
+from app.home import init_home, open_node
 
 from .helpers import store
 

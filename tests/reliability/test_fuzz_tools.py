@@ -38,9 +38,9 @@ from hypothesis import strategies as st
 
 from mcp_bridge import Dispatcher, make_mcp_app, serve_stdio
 from mcp_bridge.tools import TOOLS
-from node.api import RestApi, make_api_app
+from api.rest import RestApi, make_api_app
 from node.embedding import HashedEmbedder
-from node.home import open_node
+from app.home import open_node
 from node.ratelimit import RateLimiter
 from tests.mcp_bridge.fakes import asgi_request
 from tests.mcp_bridge.test_stdio import CollectingStdout, ScriptedStdin
@@ -55,7 +55,7 @@ COUNTED = ("cells", "beacons", "sessions", "scenes", "inbox", "idempotency", "pu
 
 @pytest.fixture
 async def node(tmp_path):
-    from node.home import init_home
+    from app.home import init_home
 
     home = tmp_path / "home"
     init_home(home)

@@ -9,7 +9,7 @@ stored it.
 
 Both tables are driven from the product's own tables, so a new tool or route cannot
 escape: every tool of ``mcp_bridge.tools.TOOLS`` must have probe arguments here, and every
-route of ``node.api.rest.ROUTES`` is probed by its kind (a key route with a path parameter
+route of ``api.rest.rest.ROUTES`` is probed by its kind (a key route with a path parameter
 aimed at alice's resource must be refused with 403/404; any other key route must answer
 without leaking; an admin route refuses agent keys). The invariants:
 
@@ -36,10 +36,10 @@ import trio
 
 from mcp_bridge import Dispatcher, make_mcp_app
 from mcp_bridge.tools import TOOLS
-from node.api import RestApi, make_api_app
-from node.api.rest import ROUTES
+from api.rest import RestApi, make_api_app
+from api.rest.rest import ROUTES
 from node.embedding import HashedEmbedder
-from node.home import init_home, open_node
+from app.home import init_home, open_node
 from node.ratelimit import RateLimiter
 from tests.node.helpers import second_tenant_key
 

@@ -153,8 +153,8 @@ def test_after_rotation_a_removed_node_can_neither_read_nor_inject(lab: Lab) -> 
 
 def test_rotate_refuses_what_it_cannot_do(tmp_path, capsys) -> None:
     from mesh.identity import NodeIdentity as Identity
-    from node.cli import main
-    from node.home import init_home
+    from app.cli import main
+    from app.home import init_home
     from node.teams import adopt_team
 
     home = tmp_path / "home"

@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .config import load_config
+from node.config import load_config
 
 __all__ = ["snippet", "HOSTS"]
 

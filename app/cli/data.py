@@ -17,7 +17,7 @@ from .plumbing import (
 )  # fmt: skip
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..transfer import export_file
+    from node.transfer import export_file
 
     path = Path(args.file).resolve()
     counts = admin_call(args, "/v1/admin/export", {"path": str(path)})
@@ -47,7 +47,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         report = _import_memory_graph(args, path)
         summary = f"Imported {report['entities']} entities and {report['relations']} relations from {path}"
     else:
-        from ..transfer import import_file
+        from node.transfer import import_file
 
         report = admin_call(args, "/v1/admin/import", {"path": str(path.resolve())})
         if report is NO_DAEMON:
@@ -72,7 +72,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def _import_memory_graph(args: argparse.Namespace, path: Path) -> dict[str, Any]:
     """The memory server's graph, stored as $HYPHAE_API_KEY's agent (through the daemon if one runs)."""
     from ..client import DaemonClient, running_daemon
-    from ..memory_graph import import_memory_graph
+    from node.memory_graph import import_memory_graph
 
     api_key = os.environ.get("HYPHAE_API_KEY", "")
     if not api_key:
@@ -99,7 +99,7 @@ def _import_memory_graph(args: argparse.Namespace, path: Path) -> dict[str, Any]
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from ..reindex import reindex
+    from node.reindex import reindex
 
     refuse_while_running(args, "reindex")
     with progress_bar(args, "reindexing") as bar:

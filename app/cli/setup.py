@@ -87,14 +87,14 @@ def cmd_team_join(args: argparse.Namespace) -> int:
 
 def _adopt(args: argparse.Namespace, team, verb: str) -> int:
     from ..client import running_daemon
-    from ..teams import adopt_team, load_team
+    from node.teams import adopt_team, load_team
 
     if running_daemon(args.home) is not None:
         raise CliError("stop the running node first (`hyphae up` in its terminal: Ctrl-C); joining changes its tenant")
     current = load_team(args.home)
     if current is not None and current.team_id != team.team_id:
         raise CliError(f"this node is already in team {current.team_id}; use a fresh data dir for another team")
-    from ..config import load_config
+    from node.config import load_config
 
     config = load_config(args.home)  # a clear error if there is no data dir
     from mesh.identity import NodeIdentity
@@ -118,8 +118,8 @@ def cmd_team_rotate(args: argparse.Namespace) -> int:
     from mesh.identity import NodeIdentity
 
     from ..client import running_daemon
-    from ..config import load_config
-    from ..teams import rotate_team
+    from node.config import load_config
+    from node.teams import rotate_team
 
     config = load_config(args.home)
     remove = sorted({node_id.strip().lower() for node_id in args.remove})
@@ -143,7 +143,7 @@ def cmd_team_rotate(args: argparse.Namespace) -> int:
 
 
 def cmd_team_show(args: argparse.Namespace) -> int:
-    from ..teams import load_team
+    from node.teams import load_team
 
     team = load_team(args.home)
     if team is None:

@@ -1,10 +1,10 @@
 """``hyphae up``: the node daemon, and the composition root of the surfaces.
 
 It owns the data dir (its lock), opens the memory service, and serves one ASGI app on
-the API port with our h11 server (``mesh.runtime.http_server``; hypercorn when
-``HYPHAE_HTTP_SERVER=hypercorn``): REST, ``POST /mcp`` (from ``mcp_bridge``;
-this module is the one place in ``node`` that imports it, because it composes the
-surfaces) and health. ``daemon.json`` in the data dir says where it listens, so the
+the API port with our h11 server (``web.server``; hypercorn when
+``HYPHAE_HTTP_SERVER=hypercorn``): REST and the dashboard (``api.rest``), ``POST /mcp``
+(``mcp_bridge``), metrics and health; it is the composition root, the one place that
+knows every surface. ``daemon.json`` in the data dir says where it listens, so the
 CLI and ``hyphae mcp`` find it; the admin token there lets the data dir's owner manage
 agents through it. SIGINT/SIGTERM shut down cleanly: requests drain, indexes are
 saved, the lock is released.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import ipaddress
 import json
 import logging
 import os
@@ -26,20 +25,25 @@ from typing import Any
 
 import trio
 
+from api.rest import RestApi, make_api_app
+from api.rest.dashboard import EVENTS_PATH, events_app, static_apps
+from api.rest.metrics import metrics_app
+from mcp_bridge import Dispatcher, make_mcp_app
 from mcp_bridge.local import SOCKET_NAME, bind_local_socket, serve_local_socket
+from node.config import load_config
+from node.errors import ConfigError, DiskFull, Unavailable
+from node.files import write_private
+from node.lock import DataDirLock
+from node.metrics import InstrumentedTools
+from node.service import MemoryService
+from node.teams import load_team
+from node.version import package_version
+from web.asgi import DRAIN_LIMIT, drain_unread_bodies
+from web.origins import is_loopback_host
+from web.server import HttpLimits, serve_asgi, server_choice
 
-from mesh.runtime.http_server import HttpLimits, serve_asgi, server_choice
-
-from .api import RestApi, make_api_app
-from .api.rest import _version
-from .config import load_config
 from .daemon_file import ADMIN_TOKEN_FILE, DAEMON_FILE, read_daemon_file
-from .errors import ConfigError, DiskFull, Unavailable
-from .files import write_private
-from .lock import DataDirLock
 from .mesh_node import clock_from_env, run_mesh
-from .service import MemoryService
-from .teams import load_team
 
 __all__ = ["run_daemon", "parse_listen", "DAEMON_FILE", "ADMIN_TOKEN_FILE"]
 
@@ -54,15 +58,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"listen address must be HOST:PORT, not {text!r}")
     return host, int(port)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -81,20 +76,11 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _dispatcher(service: MemoryService):
     """The one MCP dispatcher, shared by ``POST /mcp`` and the local socket of ``hyphae mcp``."""
-    from mcp_bridge import Dispatcher
-
-    from .metrics import InstrumentedTools
-
-    return Dispatcher(InstrumentedTools(service, service.metrics), server_version=_version())
+    return Dispatcher(InstrumentedTools(service, service.metrics), server_version=package_version())
 
 
 def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | None = None, dispatcher=None):
     """The API port's app; ``closing`` ends the dashboard's event streams at shutdown."""
-    from mcp_bridge import make_mcp_app
-
-    from .api.dashboard import EVENTS_PATH, events_app, static_apps
-    from .metrics import metrics_app
-
     dispatcher = dispatcher or _dispatcher(service)
     rest = RestApi(service, admin_token)
     mcp_app = make_mcp_app(dispatcher, service.authenticate)
@@ -107,47 +93,6 @@ def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | N
     app = make_api_app(rest, mounts)
     # Our own server drains (or lingers over) what an app leaves unread; hypercorn needs the wrapper.
     return drain_unread_bodies(app) if server_choice() == "hypercorn" else app
-
-
-DRAIN_LIMIT = 16 * 1024 * 1024
-
-
-def drain_unread_bodies(app, limit: int = DRAIN_LIMIT):
-    """Read and drop what is left of a request body before the response starts.
-
-    The apps answer some requests without reading the whole body (413, 401, ...), and
-    hypercorn then closes the connection with the client's bytes still unread: the
-    kernel answers with a TCP reset, which can destroy the response before the client
-    reads it ("server disconnected"), and the client's pooled connection is dead without
-    a word. Draining (up to ``limit`` bytes, kept nowhere) lets the answer arrive and the
-    connection be reused; past the limit the response says ``Connection: close``.
-    """
-
-    async def wrapped(scope, receive, send):
-        if scope["type"] != "http":
-            await app(scope, receive, send)
-            return
-        body_done = False
-
-        async def tracked_receive():
-            nonlocal body_done
-            message = await receive()
-            if message["type"] == "http.disconnect" or not message.get("more_body", False):
-                body_done = True
-            return message
-
-        async def draining_send(message):
-            if message["type"] == "http.response.start" and not body_done:
-                drained = 0
-                while not body_done and drained <= limit:
-                    drained += len((await tracked_receive()).get("body", b""))
-                if not body_done:
-                    message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
-            await send(message)
-
-        await app(scope, tracked_receive, draining_send)
-
-    return wrapped
 
 
 async def run_daemon(
@@ -164,7 +109,7 @@ async def run_daemon(
     """Serve the node in ``home`` until SIGINT/SIGTERM (or cancellation)."""
     config = load_config(home)
     host, port = parse_listen(api or config.api_listen)
-    if not allow_remote and not _is_loopback(host):
+    if not allow_remote and not is_loopback_host(host):
         raise ConfigError(
             f"refusing to serve the API on {host}: it is not a loopback address. "
             "Agents' memories would be reachable from the network; pass --allow-remote if you mean it"
@@ -196,7 +141,7 @@ async def run_daemon(
                 "pid": os.getpid(),
                 "api_url": api_url,
                 "node_id": service.node_id,
-                "version": _version(),
+                "version": package_version(),
             }
             shutdown = trio.Event()
             dispatcher = _dispatcher(service)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import resolve_home
-from ..errors import ConfigError, HyphaeError, Unauthenticated
+from node.config import resolve_home
+from node.errors import ConfigError, HyphaeError, Unauthenticated
 from ..logs import setup_logging
 from .parser import build_parser
 from .plumbing import EXIT_AUTH, EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE, CliError

@@ -6,7 +6,9 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ..energy import CELL_TYPES
+from node.energy import CELL_TYPES
+from node.version import package_version
+
 from .data import cmd_export, cmd_import, cmd_reindex
 from .memories import (
     cmd_beacon_add, cmd_beacon_list, cmd_beacon_remove, cmd_consolidate, cmd_inbox, cmd_recall, cmd_store,
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--home", type=Path, default=None, metavar="DIR", help="data dir (default: $HYPHAE_HOME or ~/.hyphae)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more to stderr")
-    parser.add_argument("--version", action="version", version=f"hyphae {_version()}")
+    parser.add_argument("--version", action="version", version=f"hyphae {package_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
     commands.required = True
     summaries: dict[str, str] = {}
@@ -174,14 +176,3 @@ def build_parser() -> argparse.ArgumentParser:
     parser.description = "\n".join(lines)
     assert sorted(summaries) == sorted(n for _, names in _GROUPS for n in names), "every command in one help group"
     return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("hyphae")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-

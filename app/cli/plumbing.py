@@ -146,7 +146,7 @@ def admin_call(args: argparse.Namespace, path: str, body: dict[str, Any]) -> Any
 
 
 def progress_bar(args: argparse.Namespace, label: str):
-    from ..progress import Progress
+    from node.progress import Progress
 
     return Progress(label, None, enabled=not args.json and sys.stderr.isatty())
 

@@ -11,10 +11,10 @@ import trio
 
 from mesh.identity import NodeIdentity
 
-from .config import NodeConfig, load_config, write_initial_config
-from .database import Database
-from .lock import DataDirLock
-from .service import MemoryService
+from node.config import NodeConfig, load_config, write_initial_config
+from node.database import Database
+from node.lock import DataDirLock
+from node.service import MemoryService
 
 __all__ = ["init_home", "open_node"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cells import LAYERS
-from ..energy import CELL_TYPES
+from node.cells import LAYERS
+from node.energy import CELL_TYPES
 from .rest import ROUTES, Route
 
 __all__ = ["openapi_document"]

@@ -1,6 +1,6 @@
 """The dashboard: a static page at ``/`` and the live event stream it reads.
 
-The page is plain HTML, CSS and JavaScript from ``node/api/static/`` (no build step);
+The page is plain HTML, CSS and JavaScript from ``api/rest/static/`` (no build step);
 it asks for an API key, keeps it in ``sessionStorage`` and calls the same REST routes
 as every other client. The live part is ``GET /v1/events``, a stream of server-sent
 events. Browsers' ``EventSource`` cannot send headers, and a long-lived key does not
@@ -26,8 +26,8 @@ from typing import Any
 
 import trio
 
-from ..errors import HyphaeError, Unauthenticated
-from ..service import MemoryService
+from node.errors import HyphaeError, Unauthenticated
+from node.service import MemoryService
 from .http import HttpError, headers_of, is_loopback_origin, query_of, send_json
 
 __all__ = ["static_apps", "events_app", "mesh_view", "EVENTS_PATH"]
@@ -57,7 +57,7 @@ ASGIApp = Callable[[dict[str, Any], Callable, Callable], Any]
 
 def static_apps() -> dict[str, ASGIApp]:
     """``{path: app}`` for the page (``/``) and each file under ``/static/``, read once."""
-    folder = resources.files("node.api") / "static"
+    folder = resources.files("api.rest") / "static"
     apps: dict[str, ASGIApp] = {}
     for entry in folder.iterdir():
         suffix = "." + entry.name.rpartition(".")[2]

@@ -16,9 +16,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import HyphaeError, InvalidArgument, Unauthenticated
-from ..principals import Principal
-from ..service import MemoryService
+from node.errors import HyphaeError, InvalidArgument, Unauthenticated
+from node.principals import Principal
+from node.service import MemoryService
+from node.version import package_version
+
 from .http import HttpError, Request
 
 __all__ = ["Route", "ROUTES", "RestApi"]
@@ -75,7 +77,7 @@ BEACON_FIELDS = ("query", "threshold", "cell_types", "project", "min_salience", 
 
 
 async def _health(service, _principal, _request):
-    return {"status": "ok", "node_id": service.node_id, "version": _version()}
+    return {"status": "ok", "node_id": service.node_id, "version": package_version()}
 
 
 async def _whoami(service, principal, _request):
@@ -192,14 +194,14 @@ def _local_file(request: Request, *, must_exist: bool) -> Path:
 
 
 async def _export(service, _principal, request):
-    from ..transfer import export_file
+    from node.transfer import export_file
 
     path = _local_file(request, must_exist=False)
     return {"file": str(path), **await export_file(service, path)}
 
 
 async def _import(service, _principal, request):
-    from ..transfer import import_file
+    from node.transfer import import_file
 
     return dict(await import_file(service, _local_file(request, must_exist=True)))
 
@@ -238,13 +240,6 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("hyphae")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class RestApi:

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import CONFIG_NAME, NodeConfig, load_config
+from node.config import CONFIG_NAME, NodeConfig, load_config
 from .daemon_file import ADMIN_TOKEN_FILE
-from .errors import ConfigError, HyphaeError
+from node.errors import ConfigError, HyphaeError
 
 __all__ = ["Check", "run_doctor", "OK", "WARN", "FAIL"]
 
@@ -108,7 +108,7 @@ def _read_only(config: NodeConfig) -> sqlite3.Connection:
 
 
 def _database(config: NodeConfig) -> Check:
-    from .schema import SCHEMA_VERSION
+    from node.schema import SCHEMA_VERSION
 
     if not config.db_path.exists():
         return Check("database", FAIL, f"{config.db_path} is missing", "run `hyphae init` (it creates an empty database)")
@@ -199,7 +199,7 @@ def _port(name: str, listen: str, setting: str, flag: str, daemon: dict[str, Any
 
 
 def _team(home: Path):
-    from .teams import TEAM_FILE, load_team
+    from node.teams import TEAM_FILE, load_team
 
     try:
         team = load_team(home)
@@ -248,8 +248,8 @@ def _peers(home: Path, daemon: dict[str, Any] | None) -> Check:
 
 
 def _embedder(config: NodeConfig):
-    from .embedding import HashedEmbedder, load_embedder
-    from .embedding.minilm import INSTALL_HINT
+    from node.embedding import HashedEmbedder, load_embedder
+    from node.embedding.minilm import INSTALL_HINT
 
     settings = config.embedder
     provider = settings.get("provider", "builtin")

@@ -1,6 +1,6 @@
 """Where a running daemon says it listens (``daemon.json``) and its admin token file.
 
-Kept apart from ``node.daemon`` so the CLI and ``hyphae mcp`` can find a daemon without
+Kept apart from ``app.daemon`` so the CLI and ``hyphae mcp`` can find a daemon without
 importing the server (the HTTP server, the facade, numpy): every agent start pays that cost.
 """
 

@@ -17,9 +17,9 @@ from typing import Any
 from mesh import events as ev
 from mesh.wire import BeaconPayload, CellPayload, DiffKind, decode_signed
 
-from . import cells as v
-from .delivery import Beacon
-from .service import MemoryService
+from node import cells as v
+from node.delivery import Beacon
+from node.service import MemoryService
 
 __all__ = ["MeshLink"]
 

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from .daemon_file import ADMIN_TOKEN_FILE, read_daemon_file
-from .errors import (
+from node.errors import (
     Conflict,
     Forbidden,
     HyphaeError,
@@ -28,7 +28,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .lock import DataDirLock
+from node.lock import DataDirLock
 
 __all__ = ["running_daemon", "ensure_daemon", "key_is_active", "DaemonClient", "SPAWN_LOG"]
 
@@ -68,7 +68,7 @@ def ensure_daemon(home: Path, *, timeout: float = 60.0) -> dict[str, Any]:
         log_path = home / SPAWN_LOG
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "node.cli", "--home", str(home), "up"],
+                [sys.executable, "-m", "app.cli", "--home", str(home), "up"],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -94,7 +94,7 @@ def key_is_active(home: Path, api_key: str) -> bool:
     never block the writer), so a bad key is refused before a daemon is started for it."""
     import sqlite3
 
-    from .principals import hash_api_key
+    from node.principals import hash_api_key
 
     path = home / "hyphae.db"
     if not path.exists():

@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from ..errors import Unauthenticated
+from node.errors import Unauthenticated
 from .plumbing import EXIT_AUTH, EXIT_FAILED, EXIT_OK, CliError, act, administer, emit_json
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -37,7 +37,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from mcp_bridge.local import SocketRelay
 
     from ..client import DaemonClient, ensure_daemon, key_is_active, running_daemon
-    from ..config import load_config
+    from node.config import load_config
 
     api_key = os.environ.get("HYPHAE_API_KEY", "")
     if not api_key:

@@ -8,9 +8,12 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from node.version import package_version
+from web.asgi import serve_lifespan
+
 from .http import HttpError, Request, headers_of, is_loopback_origin, query_of, read_body, send_bytes, send_json
 from .openapi import openapi_document
-from .rest import RestApi, _version
+from .rest import RestApi
 
 __all__ = ["make_api_app"]
 
@@ -21,18 +24,13 @@ ASGIApp = Callable[[dict[str, Any], Callable, Callable], Awaitable[None]]
 
 def make_api_app(rest: RestApi, mounts: Mapping[str, ASGIApp], pages: Mapping[str, tuple[bytes, bytes]] | None = None) -> ASGIApp:
     """``mounts`` maps an exact path to an app; ``pages`` maps a path to (content type, bytes)."""
-    spec = openapi_document(_version())
+    spec = openapi_document(package_version())
     pages = dict(pages or {})
 
     async def app(scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         path = scope["path"]

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from .errors import ConfigError
+from node.errors import ConfigError
 
 __all__ = ["setup_logging", "LogfmtFormatter", "JsonFormatter", "redact", "LEVELS"]
 

@@ -1,7 +1,0 @@
-"""``python -m node.cli``: the same entry point as the ``hyphae`` console script."""
-
-import sys
-
-from . import main
-
-sys.exit(main())
