@@ -16,7 +16,7 @@ from app.term import paint
 
 from .helpers import run_cli
 
-SAMPLE = Path(__file__).parent / "data" / "memory_server_graph.jsonl"
+SAMPLE = Path(__file__).parents[1] / "node" / "data" / "memory_server_graph.jsonl"
 
 
 @pytest.fixture
