@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -137,7 +138,7 @@ class MemoryService:
         # Top-3 recall hits not yet written: recalls add here, one writer job drains them all.
         self._recall_hits: Counter[int] = Counter()
         self._recall_hits_lock = threading.Lock()
-        self._recall_hits_drained_at = 0.0  # time.monotonic() of the last drain
+        self._recall_hits_drained_at = -math.inf  # time.monotonic() of the last drain: never (not "at boot")
         self._recall_hits_timer: threading.Timer | None = None  # a drain scheduled for later
         # Open sessions by agent: sessions are local, so this mirror of the table is exact.
         self._open_sessions: dict[str, tuple[str, str, str]] = {}

@@ -1,17 +1,13 @@
-"""Frames over HTTP: the client side (kept-alive connections, :mod:`.http_client`) and the mesh endpoint (ASGI).
+"""Frames over HTTP, the client side: kept-alive connections (:mod:`.http_client`), one
+:class:`SendError` per failure, per-peer limits and counters.
 
 A sealed frame is the body of ``POST http://{address}/mesh/v1/frames``
-(``application/octet-stream``). The endpoint waits up to ``reply_within`` seconds for
-the engine to handle the frame: if it answered (an ack for a data batch, a pong, a
-gossip or repair reply), the answer is ``200`` with the reply frames in the body
-(``application/x-hyphae-frames``: each frame as a 4-byte big-endian length and the
-bytes); otherwise ``202`` with an empty body once the frame is queued, and the replies
-follow as requests of their own. So a data batch and its ack cost one HTTP exchange.
-HTTP knows nothing else: authentication, replay and membership are the
-engine's business (the frame is AEAD-sealed under the team key), so garbage is
-*accepted* here and counted as a drop by the engine, never answered with a 500.
-``GET /mesh/v1/hello`` is public and carries no secret: the protocol version, the
-team id *hash* (as in the zeroconf TXT record) and the node id. Everything else is 404.
+(``application/octet-stream``). The peer's endpoint (:mod:`.port`) waits up to
+``REPLY_WITHIN`` seconds for its engine to handle the frame: if it answered (an ack for a
+data batch, a pong, a gossip or repair reply), the answer is ``200`` with the reply frames
+in the body (``application/x-hyphae-frames``: each frame as a 4-byte big-endian length
+and the bytes); otherwise ``202`` with an empty body once the frame is queued, and the
+replies follow as requests of their own. So a data batch and its ack cost one HTTP exchange.
 
 Exceptions are translated once, here, at the boundary::
 
@@ -19,39 +15,27 @@ Exceptions are translated once, here, at the boundary::
     └── SendError      the peer or the path to it is at fault: refused, timed out,
                        answered non-2xx, partitioned by a FaultPlan, or a bad address
 
-:class:`MemoryTransport` is the fake beside :class:`HttpTransport`: frames go
-straight to another runtime's ``receive_frame`` in this process, through the same
-:class:`FaultPlan`.
+:class:`~.memory_transport.MemoryTransport` is the fake beside :class:`HttpTransport`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
-import socket
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import httpx
 import trio
-
-from web.asgi import BodyTooLarge, ClientGone, read_body, send_bytes, serve_lifespan
-from web.server import HttpLimits, serve_asgi
 
 from ..errors import MeshError
 from ..wire import WIRE_VERSION
 from .faults import FaultPlan, Verdict
 from .http_client import BadResponse, FrameClient, FrameClientError, ResponseTimeout
 
-if TYPE_CHECKING:
-    from .driver import MeshRuntime
-
 __all__ = [
-    "PROTOCOL_VERSION", "FRAMES_PATH", "HELLO_PATH", "SendError", "Transport", "HttpTransport",
-    "MemoryTransport", "MemoryHub", "MeshApp", "make_mesh_app", "bind_mesh_socket", "serve_mesh",
-    "pack_frames", "unpack_frames", "REPLY_WITHIN",
+    "PROTOCOL_VERSION", "FRAMES_PATH", "HELLO_PATH", "FRAMES_TYPE", "REPLY_WITHIN", "SendError", "Transport",
+    "CountedTransport", "PeerTraffic", "HttpTransport", "pack_frames", "unpack_frames",
 ]  # fmt: skip
 
 log = logging.getLogger("hyphae.mesh.transport")
@@ -60,7 +44,7 @@ PROTOCOL_VERSION = WIRE_VERSION  # what /mesh/v1/hello and the zeroconf TXT reco
 FRAMES_PATH = "/mesh/v1/frames"
 HELLO_PATH = "/mesh/v1/hello"
 _CONTENT_TYPE = "application/octet-stream"
-_FRAMES_TYPE = b"application/x-hyphae-frames"
+FRAMES_TYPE = b"application/x-hyphae-frames"
 REPLY_WITHIN = 3.0  # seconds the endpoint waits for the engine's replies before answering 202 (clients wait 5)
 _MAX_REPLIES = 64
 
@@ -122,8 +106,8 @@ class PeerTraffic:
     last_error: str | None = None
 
 
-class _Counted:
-    """Per-address limiters and counters, shared by both transports."""
+class CountedTransport:
+    """Per-address limiters and counters, shared by both transports (real and fake)."""
 
     def __init__(self, faults: FaultPlan | None, per_peer_concurrency: int) -> None:
         if per_peer_concurrency < 1:
@@ -186,7 +170,7 @@ class _Counted:
         }
 
 
-class HttpTransport(_Counted):
+class HttpTransport(CountedTransport):
     """POSTs frames over kept-alive connections: a timeout per request, at most
     ``per_peer_concurrency`` requests in flight to one address.
 
@@ -270,160 +254,3 @@ class HttpTransport(_Counted):
         self._closed = True
         if self._owns_client:
             await self.client.aclose()
-
-
-class MemoryHub:
-    """Runtimes by address, in one process: the network of :class:`MemoryTransport`."""
-
-    def __init__(self) -> None:
-        self.runtimes: dict[str, MeshRuntime] = {}
-
-    def attach(self, address: str, runtime: MeshRuntime) -> None:
-        self.runtimes[address] = runtime
-
-    def detach(self, address: str) -> None:
-        self.runtimes.pop(address, None)
-
-
-class MemoryTransport(_Counted):
-    """Hands frames to the runtime attached at the destination address; no sockets."""
-
-    def __init__(
-        self, hub: MemoryHub, *, source: str, faults: FaultPlan | None = None, per_peer_concurrency: int = 4
-    ) -> None:
-        super().__init__(faults, per_peer_concurrency)
-        self.hub = hub
-        self.source = source
-
-    async def _deliver(self, traffic: PeerTraffic, address: str, frame: bytes) -> list[bytes]:
-        runtime = self.hub.runtimes.get(address)
-        if runtime is None:
-            raise self._fail(traffic, address, SendError.CONNECT_FAILED, "nothing listens there")
-        return await runtime.receive_frame(self.source, frame, reply_within=REPLY_WITHIN)
-
-    async def aclose(self) -> None:
-        self._closed = True
-
-
-# -- the server side ----------------------------------------------------------------------
-
-
-class MeshApp:
-    """The ASGI app of the mesh port. Counts what it refuses in ``runtime.counters``."""
-
-    def __init__(
-        self, runtime: MeshRuntime, *, max_frame_bytes: int, faults: FaultPlan | None = None,
-        reply_within: float | None = REPLY_WITHIN,
-    ) -> None:  # fmt: skip
-        """``reply_within``: seconds to wait for the engine's replies to a frame; None answers 202 at once."""
-        self.runtime = runtime
-        self.max_frame_bytes = max_frame_bytes
-        self.faults = faults
-        self.reply_within = reply_within
-        engine = runtime.engine
-        self._hello = json.dumps(
-            {"protocol": PROTOCOL_VERSION, "team_hash": engine.config.team.id_hash, "node_id": engine.node_id}
-        ).encode()
-
-    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict]], send: Callable) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return  # websockets: not served; closing the scope refuses them
-        path, method = scope["path"], scope["method"]
-        if path == FRAMES_PATH:
-            if method != "POST":
-                await _respond(send, 405, b"use POST\n", headers=[(b"allow", b"POST")])
-                return
-            await self._frames(scope, receive, send)
-        elif path == HELLO_PATH:
-            if method not in ("GET", "HEAD"):
-                await _respond(send, 405, b"use GET\n", headers=[(b"allow", b"GET, HEAD")])
-                return
-            await _respond(send, 200, self._hello, content_type=b"application/json")
-        else:
-            self.runtime.counters["http_not_found"] += 1
-            await _respond(send, 404, b"not found\n")
-
-    async def _frames(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        counters = self.runtime.counters
-        client = scope.get("client")
-        source = f"{client[0]}:{client[1]}" if client else ""
-        if self.faults is not None and source and self.faults.blocks_incoming(source):
-            await _respond(send, 503, b"partitioned\n")
-            return
-        declared = _content_length(scope)
-        try:
-            if declared is not None and declared > self.max_frame_bytes:
-                raise BodyTooLarge(self.max_frame_bytes)
-            frame = await read_body(receive, self.max_frame_bytes)
-        except BodyTooLarge:
-            counters["http_oversized"] += 1
-            await _respond(send, 413, b"frame too large\n", headers=[(b"connection", b"close")])
-            return
-        except ClientGone:
-            counters["http_disconnected"] += 1
-            return
-        try:
-            replies = await self.runtime.receive_frame(source, frame, reply_within=self.reply_within)
-        except Exception:  # the runtime is shutting down; tell the peer to try later
-            log.debug("frame from %s not queued", source, exc_info=True)
-            counters["http_unavailable"] += 1
-            await _respond(send, 503, b"not running\n")
-            return
-        if replies:
-            await _respond(send, 200, pack_frames(replies), content_type=_FRAMES_TYPE)
-        else:
-            await _respond(send, 202, b"")
-
-
-def make_mesh_app(runtime: MeshRuntime, *, max_frame_bytes: int, faults: FaultPlan | None = None) -> MeshApp:
-    """The ASGI app for the mesh port; ``faults`` defaults to the runtime transport's plan."""
-    if faults is None:
-        faults = getattr(runtime.transport, "faults", None)
-    return MeshApp(runtime, max_frame_bytes=max_frame_bytes, faults=faults)
-
-
-def _content_length(scope: dict[str, Any]) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
-
-
-async def _respond(
-    send: Callable, status: int, body: bytes, *, content_type: bytes = b"text/plain; charset=utf-8",
-    headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:  # fmt: skip
-    await send_bytes(send, status, body, content_type, headers or ())
-
-
-# -- serving ------------------------------------------------------------------------------
-
-
-def bind_mesh_socket(host: str = "0.0.0.0", port: int = 0) -> socket.socket:
-    """A bound (not yet listening) TCP socket for :func:`serve_mesh`; port 0 picks one."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-async def serve_mesh(
-    app: Any, sock: socket.socket, *, shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
-    graceful_timeout: float = 2.0, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
-) -> None:  # fmt: skip
-    """Serve ``app`` on ``sock`` until cancelled (or ``shutdown_trigger`` returns), with the
-    server :func:`~web.server.serve_asgi` picks. The server takes ``sock`` over
-    and closes it when it stops: ``sock`` must not be used afterwards."""
-    limits = HttpLimits(graceful_timeout=graceful_timeout)
-    await serve_asgi(app, sock, shutdown_trigger=shutdown_trigger, limits=limits, task_status=task_status)
