@@ -108,7 +108,7 @@ def _read_only(config: NodeConfig) -> sqlite3.Connection:
 
 
 def _database(config: NodeConfig) -> Check:
-    from .schema import SCHEMA_VERSION
+    from .store.schema import SCHEMA_VERSION
 
     if not config.db_path.exists():
         return Check("database", FAIL, f"{config.db_path} is missing", "run `hyphae init` (it creates an empty database)")

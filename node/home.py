@@ -12,7 +12,7 @@ import trio
 from mesh.identity import NodeIdentity
 
 from .config import NodeConfig, load_config, write_initial_config
-from .database import Database
+from .store.database import Database
 from .lock import DataDirLock
 from .service import MemoryService
 

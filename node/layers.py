@@ -29,7 +29,7 @@ import numpy as np
 
 from .catalog import CellCatalog
 from .cells import LAYERS
-from .database import Database
+from .store.database import Database
 from .index import LayerIndex
 from .progress import Progress as ProgressBar
 

@@ -34,7 +34,7 @@ from mesh.runtime import Discovery, FaultPlan, HttpTransport, MeshRuntime, make_
 from mesh.team import Team
 
 from .mesh_link import MeshLink
-from .mesh_log import SqliteDiffLog
+from .store.diff_log import SqliteDiffLog
 from .service import MemoryService
 
 __all__ = ["run_mesh", "clock_from_env", "FAULTS_ENV", "CLOCK_OFFSET_ENV"]

@@ -23,7 +23,7 @@ import numpy as np
 import trio
 
 from .config import load_config
-from .database import Database, Transaction
+from .store.database import Database, Transaction
 from .embedding import Embedder, load_embedder
 from .errors import ConfigError
 from .lock import DataDirLock

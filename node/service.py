@@ -30,7 +30,7 @@ from mesh.identity import NodeIdentity
 
 from . import cells as v
 from .config import NodeConfig
-from .database import Database, PendingWrite, Transaction
+from .store.database import Database, PendingWrite, Transaction
 from .delivery import Beacon, BeaconBook, CellFacts
 from .embedding import Embedder, load_embedder
 from .embedding.worker import EmbeddingWorker

@@ -20,7 +20,7 @@ from pathlib import Path
 from mesh.team import Team
 
 from .config import CONFIG_NAME
-from .database import Database
+from .store.database import Database
 from .errors import ConfigError
 from .files import write_private
 
