@@ -92,21 +92,10 @@ def ensure_daemon(home: Path, *, timeout: float = 60.0) -> dict[str, Any]:
 def key_is_active(home: Path, api_key: str) -> bool:
     """Is this key known and not revoked? Read straight from the database (WAL readers
     never block the writer), so a bad key is refused before a daemon is started for it."""
-    import sqlite3
-
     from node.principals import hash_api_key
+    from node.store.agents import key_is_active as active_in
 
-    path = home / "hyphae.db"
-    if not path.exists():
-        return False
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    try:
-        row = conn.execute(
-            "SELECT 1 FROM principals WHERE key_hash = ? AND revoked_at IS NULL", (hash_api_key(api_key),)
-        ).fetchone()
-    finally:
-        conn.close()
-    return row is not None
+    return active_in(home / "hyphae.db", hash_api_key(api_key))
 
 
 class DaemonClient:

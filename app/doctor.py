@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
-import sqlite3
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from node.config import CONFIG_NAME, NodeConfig, load_config
 from .daemon_file import ADMIN_TOKEN_FILE
 from node.errors import ConfigError, HyphaeError
+from node.store.maintenance import ReadError, active_agents, cells_by_space, schema_version
 
 __all__ = ["Check", "run_doctor", "OK", "WARN", "FAIL"]
 
@@ -103,23 +103,14 @@ def _secret_files(home: Path) -> Check:
     return Check("secret files", OK, f"{', '.join(present) or 'none yet'}: 0600")
 
 
-def _read_only(config: NodeConfig) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{config.db_path}?mode=ro", uri=True, timeout=10)
-
-
 def _database(config: NodeConfig) -> Check:
-    from node.schema import SCHEMA_VERSION
+    from node.store.schema import SCHEMA_VERSION
 
     if not config.db_path.exists():
         return Check("database", FAIL, f"{config.db_path} is missing", "run `hyphae init` (it creates an empty database)")
     try:
-        conn = _read_only(config)
-        try:
-            (version,) = conn.execute("PRAGMA user_version").fetchone()
-            conn.execute("SELECT COUNT(*) FROM cells").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
+        version = schema_version(config.db_path)
+    except ReadError as exc:
         return Check("database", FAIL, f"{config.db_path} cannot be read: {exc}", "restore hyphae.db from a backup or a `hyphae export` file")
     if version > SCHEMA_VERSION:
         return Check("database", FAIL, f"schema v{version} is newer than this Hyphae (v{SCHEMA_VERSION})",
@@ -146,12 +137,8 @@ def _node_key(config: NodeConfig) -> Check:
 
 def _agents(config: NodeConfig) -> Check:
     try:
-        conn = _read_only(config)
-        try:
-            (active,) = conn.execute("SELECT COUNT(*) FROM principals WHERE revoked_at IS NULL").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
+        active = active_agents(config.db_path)
+    except ReadError as exc:
         return Check("agents", FAIL, f"cannot list agents: {exc}", "see the database check above")
     if not active:
         return Check("agents", WARN, "no active agent: nothing can store or recall", "`hyphae agent add NAME` and give its key to your agent")
@@ -271,14 +258,8 @@ def _embedder(config: NodeConfig):
 
 def _index_space(config: NodeConfig, space: str) -> Check:
     try:
-        conn = _read_only(config)
-        try:
-            rows = conn.execute(
-                "SELECT embedding_space, COUNT(*) FROM cells WHERE forgotten_at IS NULL GROUP BY embedding_space"
-            ).fetchall()
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
+        rows = cells_by_space(config.db_path)
+    except ReadError as exc:
         return Check("index", FAIL, f"cannot read the cells: {exc}", "see the database check above")
     others = {other: n for other, n in rows if other != space}
     total = sum(n for _, n in rows)

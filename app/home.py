@@ -12,9 +12,9 @@ import trio
 from mesh.identity import NodeIdentity
 
 from node.config import NodeConfig, load_config, write_initial_config
-from node.database import Database
 from node.lock import DataDirLock
 from node.service import MemoryService
+from node.store import create_database
 
 __all__ = ["init_home", "open_node"]
 
@@ -29,7 +29,7 @@ def init_home(home: Path) -> tuple[NodeConfig, bool]:
     config = load_config(home)
     if not config.key_path.exists():
         NodeIdentity.generate().save(config.key_path)
-    Database(config.db_path).close()  # creates and migrates
+    create_database(config.db_path)
     return config, created
 
 

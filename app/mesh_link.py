@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from mesh import events as ev
-from mesh.wire import BeaconPayload, CellPayload, DiffKind, decode_signed
+from mesh.wire import BeaconPayload, CellPayload
 
 from node import cells as v
 from node.delivery import Beacon
@@ -106,8 +106,7 @@ class MeshLink:
 
     def _cell(self, payload: CellPayload, origin_node: str, hops: int, signature: bytes) -> tuple[v.Cell, bool]:
         """The cell to store, and whether it must be embedded again (another embedding space)."""
-        embedder = self.service.embedder
-        same_space = payload.embedding_space == embedder.space and payload.embedding.shape == (embedder.dim,)
+        again = self.service.inbound.needs_embedding(payload.embedding_space, payload.embedding.shape)
         cell = v.Cell(
             node_id=payload.node_id, tenant_id=payload.tenant_id, source_agent=payload.source_agent,
             origin_node=origin_node, content=payload.content, cell_type=payload.cell_type,
@@ -115,7 +114,7 @@ class MeshLink:
             embedding_space=payload.embedding_space, scene_id=payload.scene_id, project=payload.project,
             source_ref=payload.source_ref, metadata=dict(payload.metadata), hops=hops, signature=signature,
         )  # fmt: skip
-        return cell, not same_space
+        return cell, again
 
     def _count(self, stored: list[str], origins: dict[str, str]) -> None:
         for node_id in stored:
@@ -128,24 +127,12 @@ class MeshLink:
         """Advertise our beacons and close the gaps a crash can leave."""
         for beacon in self.service.live_local_beacons():
             self.beacon_placed(beacon)
-        db, node_id = self.service.db, self.service.node_id
         # Remote cells whose diff was logged but whose ingest did not commit.
-        for signed, signature, hops, ttl in db.query(
-            "SELECT l.signed, l.signature, l.hops, l.ttl FROM mesh_log l WHERE l.kind = ? AND l.origin != ? "
-            "AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.node_id = l.cell_id)",
-            (int(DiffKind.CELL), node_id),
-        ):
-            diff = decode_signed(signed, signature, hops, ttl)
+        for diff in self.service.inbound.logged_cells_not_stored():
             await self._store_remote(diff.payload, diff.origin, diff.hops, diff.signature)
         # Local cells stored just before a crash whose diff never reached the log.
-        row = db.query_one("SELECT MAX(ts) FROM (SELECT received_at AS ts FROM mesh_log WHERE origin = ?)", (node_id,))
-        if row and row[0]:
-            for (cell_id,) in db.query(
-                "SELECT node_id FROM cells c WHERE c.origin_node = ? AND c.stored_at > ? AND c.forgotten_at IS NULL "
-                "AND NOT EXISTS (SELECT 1 FROM mesh_log l WHERE l.cell_id = c.node_id)",
-                (node_id, row[0] - RECONCILE_WINDOW_MS),
-            ):
-                self.cell_stored(self.service.cell_record(cell_id))
+        for cell_id in self.service.inbound.stored_cells_not_logged(RECONCILE_WINDOW_MS):
+            self.cell_stored(self.service.cell_record(cell_id))
 
     def status(self) -> dict[str, Any]:
         return {

@@ -34,7 +34,6 @@ from mesh.runtime import Discovery, FaultPlan, HttpTransport, MeshRuntime, make_
 from mesh.team import Team
 
 from .mesh_link import MeshLink
-from node.mesh_log import SqliteDiffLog
 from node.service import MemoryService
 
 __all__ = ["run_mesh", "clock_from_env", "FAULTS_ENV", "CLOCK_OFFSET_ENV"]
@@ -106,7 +105,7 @@ async def run_mesh(
     host = advertised_host(bind_host)
     address = f"{host}:{port}"
     engine = MeshEngine(
-        service.identity, MeshConfig(team=team, address=address), SqliteDiffLog(service.db), energy=service.energy
+        service.identity, MeshConfig(team=team, address=address), service.storage.diff_log(), energy=service.energy
     )
     faults_path = os.environ.get(FAULTS_ENV, "").strip()
     faults = FaultPlan() if faults_path else None

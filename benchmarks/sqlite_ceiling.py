@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from node.schema import migrate  # noqa: E402
+from node.store.schema import migrate  # noqa: E402
 
 
 def run(sync: str, cells: int, batch: int) -> float:

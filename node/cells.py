@@ -26,6 +26,9 @@ __all__ = [
     "MAX_CONTENT_BYTES",
     "MAX_METADATA_BYTES",
     "MAX_IDEMPOTENCY_KEY",
+    "MAX_QUERY_BYTES",
+    "MAX_PAGE",
+    "DEFAULT_PAGE",
     "check_content",
     "check_cell_type",
     "check_cell_types",
@@ -46,6 +49,9 @@ MAX_CONTENT_BYTES = 64 * 1024
 MAX_METADATA_BYTES = 16 * 1024
 MAX_IDEMPOTENCY_KEY = 200
 MAX_NAME_CHARS = 200
+MAX_QUERY_BYTES = 8 * 1024
+MAX_PAGE = 500  # items in one page of a listing
+DEFAULT_PAGE = 50
 LAYERS = ("L0", "L1", "L2")
 
 

@@ -29,9 +29,9 @@ import numpy as np
 
 from .catalog import CellCatalog
 from .cells import LAYERS
-from .database import Database
 from .index import LayerIndex
 from .progress import Progress as ProgressBar
+from .store.members import LayerMembers
 
 __all__ = ["LayerSet", "RebuildProgress"]
 
@@ -178,7 +178,7 @@ class _Fresh:
 class LayerSet:
     def __init__(
         self,
-        db: Database,
+        members: LayerMembers,
         index_dir: Path,
         dim: int,
         space: str,
@@ -187,7 +187,7 @@ class LayerSet:
         on_near_duplicates: NearDuplicates | None = None,
         index_options: dict | None = None,
     ) -> None:
-        self.db = db
+        self.members = members
         self._index_options = dict(index_options or {})
         self.dim = dim
         self.space = space
@@ -219,17 +219,11 @@ class LayerSet:
         """
         why_level = logging.WARNING if progress is None else logging.INFO
         progress = progress if progress is not None else RebuildProgress()
-        conn = self.db.reader()
-        rows = conn.execute(
-            "SELECT rowid, node_id, tenant_id, project, cell_type, source_agent, forgotten_at IS NULL FROM cells"
-        )
-        self.catalog.add_many((*r[:6], bool(r[6])) for r in rows)
+        self.catalog.add_many(self.members.catalog_entries())
         for layer in LAYERS:
             index = self.indexes[layer]
             outcome = index.load()
-            members, last_seq = conn.execute(
-                "SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM layer_members WHERE layer = ?", (layer,)
-            ).fetchone()
+            members, last_seq = self.members.extent(layer)
             reason = None if outcome.loaded else outcome.reason
             if outcome.loaded and last_seq < index.covered_seq:
                 # The files cover members this database never had (a database restored from
@@ -248,29 +242,18 @@ class LayerSet:
         return self.open_report
 
     def _members_after(self, layer: str, seq: int) -> int:
-        (count,) = self.db.reader().execute(
-            "SELECT COUNT(*) FROM layer_members WHERE layer = ? AND seq > ?", (layer, seq)
-        ).fetchone()
-        return count
+        return self.members.count_after(layer, seq)
 
     def _catch_up(self, layer: str, index: LayerIndex, progress: Progress | None) -> int:
         """Add the layer's members newer than the index's watermark; returns how many were added."""
-        conn = self.db.reader()
-        (last_seq,) = conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM layer_members WHERE layer = ?", (layer,)
-        ).fetchone()
+        last_seq = self.members.last_seq(layer)
         start = index.covered_seq
         total = self._members_after(layer, start)
         if progress and total:
             progress(layer, 0, total)
         added = scanned = 0
         while True:
-            rows = conn.execute(
-                """SELECT m.seq, m.cell_rowid, c.embedding, c.embedding_space, c.forgotten_at
-                   FROM layer_members m JOIN cells c ON c.rowid = m.cell_rowid
-                   WHERE m.layer = ? AND m.seq > ? ORDER BY m.seq LIMIT ?""",
-                (layer, start, _CHUNK),
-            ).fetchall()
+            rows = self.members.after(layer, start, _CHUNK)
             if not rows:
                 break
             start = rows[-1][0]

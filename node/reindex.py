@@ -19,56 +19,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import trio
 
 from .config import load_config
-from .database import Database, Transaction
 from .embedding import Embedder, load_embedder
 from .errors import ConfigError
 from .lock import DataDirLock
 from .service import MemoryService
+from .store import Store
+from .store.maintenance import RE_EMBEDDED
 
 __all__ = ["reindex"]
 
 BATCH = 64
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 
-_TABLES = {
-    # table: (key column, text column, live-row condition)
-    "cells": ("rowid", "content", "forgotten_at IS NULL"),
-    "beacons": ("beacon_id", "query", "removed_at IS NULL"),
-}
-
-
-def _stale(db: Database, table: str, space: str) -> int:
-    _, _, live = _TABLES[table]
-    (count,) = db.query_one(f"SELECT COUNT(*) FROM {table} WHERE {live} AND embedding_space != ?", (space,))
-    return count
-
-
-async def _re_embed(db: Database, table: str, embedder: Embedder, total: int, progress: Progress | None) -> int:
-    key, text, live = _TABLES[table]
+async def _re_embed(store: Store, table: str, embedder: Embedder, total: int, progress: Progress | None) -> int:
     space, done = embedder.space, 0
     while True:
-        rows = db.query(
-            f"SELECT {key}, {text} FROM {table} WHERE {live} AND embedding_space != ? ORDER BY {key} LIMIT ?",
-            (space, BATCH),
-        )
+        rows = store.reembedding.batch(table, space, BATCH)
         if not rows:
             return done
         vectors = await trio.to_thread.run_sync(embedder.embed, [row[1] for row in rows])
-
-        def job(tx: Transaction, rows=rows, vectors=vectors) -> int:
-            changed = 0
-            for (row_key, _), vector in zip(rows, vectors):
-                changed += tx.execute(
-                    f"UPDATE {table} SET embedding = ?, embedding_space = ? WHERE {key} = ? AND embedding_space != ?",
-                    (np.asarray(vector, dtype=np.float32).tobytes(), space, row_key, space),
-                ).rowcount
-            return changed
-
-        changed = await db.write(job)
+        keys = [row[0] for row in rows]
+        changed = await store.db.write(lambda tx: store.reembedding.replace(tx, table, keys, vectors, space))
         if not changed:  # nothing moved: do not spin
             return done
         done += len(rows)
@@ -98,15 +72,15 @@ async def reindex(
             except ValueError as exc:
                 raise ConfigError(f"{home / 'config.toml'} [embedder]: {exc}") from None
         space = await trio.to_thread.run_sync(lambda: embedder.space)
-        db = await trio.to_thread.run_sync(Database, config.db_path)
+        store = await trio.to_thread.run_sync(Store.open, config.db_path)
         try:
-            stale = {table: _stale(db, table, space) for table in _TABLES}
+            stale = {table: store.reembedding.count(table, space) for table in RE_EMBEDDED}
             rebuild = rebuild or any(stale.values())
             if rebuild:
                 await trio.to_thread.run_sync(_drop_index_files, config.index_dir)
-            done = {table: await _re_embed(db, table, embedder, stale[table], progress) for table in _TABLES}
+            done = {table: await _re_embed(store, table, embedder, stale[table], progress) for table in RE_EMBEDDED}
         finally:
-            await trio.to_thread.run_sync(db.close)
+            await trio.to_thread.run_sync(store.close)
         layers: dict[str, str] = {}
         if rebuild:
 

@@ -18,32 +18,11 @@ from .cells import MAX_CONTENT_BYTES
 from .energy import EnergyModel
 from .errors import InvalidArgument
 
-__all__ = ["SCENE_COLUMNS", "scene_row_to_dict", "encode_cursor", "decode_cursor", "consolidate", "Summary"]
+__all__ = ["encode_cursor", "decode_cursor", "consolidate", "Summary"]
 
-SCENE_COLUMNS = (
-    "scene_id, tenant_id, agent_id, project, title, session_id, origin_node, created_at, ended_at, "
-    "consolidated_at, summary_node_id"
-)
 MERGE_COS = 0.9
 MAX_LINES = 12
 MAX_LINE_CHARS = 600
-
-
-def scene_row_to_dict(row: tuple) -> dict[str, Any]:
-    (scene_id, _tenant, agent_id, project, title, session_id, origin_node, created_at, ended_at,
-     consolidated_at, summary_node_id) = row
-    return {
-        "scene_id": scene_id,
-        "project": project,
-        "title": title,
-        "session_id": session_id,
-        "agent_id": agent_id,
-        "origin_node": origin_node,
-        "created_at": created_at,
-        "ended_at": ended_at,
-        "consolidated_at": consolidated_at,
-        "summary_node_id": summary_node_id,
-    }
 
 
 def encode_cursor(created_at: int, scene_id: str) -> str:

@@ -20,14 +20,13 @@ from pathlib import Path
 from mesh.team import Team
 
 from .config import CONFIG_NAME
-from .database import Database
 from .errors import ConfigError
 from .files import write_private
+from .store.maintenance import move_tenant
 
 __all__ = ["TEAM_FILE", "load_team", "adopt_team", "rotate_team"]
 
 TEAM_FILE = "team.json"
-_TENANT_TABLES = ("principals", "cells", "scenes", "sessions", "beacons")
 
 
 def load_team(home: Path) -> Team | None:
@@ -49,15 +48,7 @@ def adopt_team(home: Path, team: Team) -> str:
     if match is None:
         raise ConfigError(f"{config_path}: no tenant_id line to update")
     previous = match.group(1)
-    db = Database(home / "hyphae.db")
-    try:
-        def job(tx) -> None:
-            for table in _TENANT_TABLES:
-                tx.execute(f"UPDATE {table} SET tenant_id = ? WHERE tenant_id = ?", (team.team_id, previous))
-
-        db.write_sync(job)
-    finally:
-        db.close()
+    move_tenant(home / "hyphae.db", team.team_id, previous)
     _write_team(home, team)
     updated = text[: match.start(1)] + team.team_id + text[match.end(1):]
     temp = config_path.with_name(config_path.name + ".tmp")

@@ -37,7 +37,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -46,9 +45,11 @@ import numpy as np
 import trio
 
 from . import cells as v
+from .delivery import Beacon
 from .errors import InvalidArgument
-from .scenes import SCENE_COLUMNS
 from .service import MemoryService
+from .store import SCENE_FIELDS
+from .store.export import Snapshot
 
 __all__ = ["FORMAT", "VERSION", "export_file", "import_file", "ImportReport", "LineError"]
 
@@ -74,124 +75,81 @@ def _b64(data: bytes | None) -> str | None:
 
 # -- export ---------------------------------------------------------------------------
 
-_EXPORT_CELL_COLUMNS = (
-    "node_id, source_agent, origin_node, content, cell_type, salience, scene_id, session_id, project, "
-    "source_ref, metadata, created_at, layer, embedding, embedding_space, hops, signature, forgotten_at"
-)
-_EXPORT_BEACON_COLUMNS = (
-    "beacon_id, agent_id, origin_node, query, threshold, cell_types, project, min_salience, ttl_seconds, "
-    "created_at, expires_at, embedding, embedding_space, removed_at"
-)
-
-
-def _cell_record(row: tuple) -> dict[str, Any]:
-    (node_id, source_agent, origin_node, content, cell_type, salience, scene_id, session_id, project,
-     source_ref, metadata, created_at, layer, embedding, space, hops, signature, forgotten_at) = row  # fmt: skip
+def _cell_record(row: dict[str, Any]) -> dict[str, Any]:
+    forgotten_at = row["forgotten_at"]
     record = {
         "kind": "cell",
-        "node_id": node_id,
-        "source_agent": source_agent,
-        "origin_node": origin_node,
-        "cell_type": cell_type,
-        "salience": salience,
-        "scene_id": scene_id,
-        "session_id": session_id,
-        "project": project,
-        "source_ref": json.loads(source_ref) if source_ref else None,
-        "metadata": json.loads(metadata),
-        "created_at": created_at,
-        "layer": layer,
-        "embedding_space": space,
-        "hops": hops,
-        "signature": _b64(signature),
+        "node_id": row["node_id"],
+        "source_agent": row["source_agent"],
+        "origin_node": row["origin_node"],
+        "cell_type": row["cell_type"],
+        "salience": row["salience"],
+        "scene_id": row["scene_id"],
+        "session_id": row["session_id"],
+        "project": row["project"],
+        "source_ref": row["source_ref"],
+        "metadata": row["metadata"],
+        "created_at": row["created_at"],
+        "layer": row["layer"],
+        "embedding_space": row["embedding_space"],
+        "hops": row["hops"],
+        "signature": _b64(row["signature"]),
         "forgotten_at": forgotten_at,
     }
     if forgotten_at is None:
-        record["content"] = content
-        record["embedding"] = _b64(embedding)
+        record["content"] = row["content"]
+        record["embedding"] = _b64(row["embedding"])
     return record
 
 
-def _beacon_record(row: tuple) -> dict[str, Any]:
-    (beacon_id, agent_id, origin_node, query, threshold, cell_types, project, min_salience, ttl_seconds,
-     created_at, expires_at, embedding, space, removed_at) = row  # fmt: skip
+def _beacon_record(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "kind": "beacon",
-        "beacon_id": beacon_id,
-        "agent_id": agent_id,
-        "origin_node": origin_node,
-        "query": query,
-        "threshold": threshold,
-        "cell_types": json.loads(cell_types) if cell_types else None,
-        "project": project,
-        "min_salience": min_salience,
-        "ttl_seconds": ttl_seconds,
-        "created_at": created_at,
-        "expires_at": expires_at,
-        "removed_at": removed_at,
-        "embedding_space": space,
-        "embedding": _b64(embedding),
+        "beacon_id": row["beacon_id"],
+        "agent_id": row["agent_id"],
+        "origin_node": row["origin_node"],
+        "query": row["query"],
+        "threshold": row["threshold"],
+        "cell_types": row["cell_types"],
+        "project": row["project"],
+        "min_salience": row["min_salience"],
+        "ttl_seconds": row["ttl_seconds"],
+        "created_at": row["created_at"],
+        "expires_at": row["expires_at"],
+        "removed_at": row["removed_at"],
+        "embedding_space": row["embedding_space"],
+        "embedding": _b64(row["embedding"]),
     }
 
 
-_SCENE_FIELDS = tuple(c.strip() for c in SCENE_COLUMNS.split(","))
-
-
-def _scene_record(row: tuple) -> dict[str, Any]:
-    record = {"kind": "scene", **dict(zip(_SCENE_FIELDS, row))}
+def _scene_record(row: dict[str, Any]) -> dict[str, Any]:
+    record = {"kind": "scene", **row}
     del record["tenant_id"]
     return record
 
 
-def _pages(conn, columns: str, table: str, key: str, tenant: str) -> Iterator[tuple]:
-    """Rows of the tenant in (created_at, key) order, a page at a time: keyset pagination,
-    so memory stays flat however large the table is."""
-    sql = (
-        f"SELECT {columns}, created_at, {key} FROM {table} WHERE tenant_id = ? AND {{after}} "
-        f"ORDER BY created_at, {key} LIMIT ?"
-    )
-    after: tuple | None = None
-    while True:
-        if after is None:
-            rows = conn.execute(sql.format(after="1"), (tenant, PAGE)).fetchall()
-        else:
-            rows = conn.execute(sql.format(after=f"(created_at, {key}) > (?, ?)"), (tenant, *after, PAGE)).fetchall()
-        if not rows:
-            return
-        for row in rows:
-            yield row[:-2]
-        after = rows[-1][-2:]
-
-
-_EXPORTED = (  # kind, table, columns, key, record maker; written in this order
-    ("scene", "scenes", SCENE_COLUMNS, "scene_id", _scene_record),
-    ("beacon", "beacons", _EXPORT_BEACON_COLUMNS, "beacon_id", _beacon_record),
-    ("cell", "cells", _EXPORT_CELL_COLUMNS, "node_id", _cell_record),
+_EXPORTED = (  # table, record maker; written in this order
+    ("scenes", _scene_record),
+    ("beacons", _beacon_record),
+    ("cells", _cell_record),
 )
 
 
 def _export_sync(service: MemoryService, path: Path, progress: Progress | None) -> dict[str, int]:
     # One read transaction: a consistent snapshot, even while a daemon keeps writing.
-    conn = sqlite3.connect(f"file:{service.config.db_path}?mode=ro", uri=True, timeout=30, isolation_level=None)
-    try:
-        conn.execute("BEGIN")
-        return _write_export(conn, service.config.tenant_id, path, progress)
-    finally:
-        conn.close()
+    with service.storage.snapshot() as snapshot:
+        return _write_export(snapshot, service.config.tenant_id, path, progress)
 
 
-def _write_export(conn: sqlite3.Connection, tenant: str, path: Path, progress: Progress | None) -> dict[str, int]:
-    counts = {
-        table: conn.execute(f"SELECT COUNT(*) FROM {table} WHERE tenant_id = ?", (tenant,)).fetchone()[0]
-        for _, table, _, _, _ in _EXPORTED
-    }
+def _write_export(snapshot: Snapshot, tenant: str, path: Path, progress: Progress | None) -> dict[str, int]:
+    counts = snapshot.counts(tenant)
     total, done = sum(counts.values()), 0
     temp = path.with_name(path.name + ".partial")
     try:
         with open(temp, "wb") as out:
             out.write(_line(HEADER))
-            for _, table, columns, key, make in _EXPORTED:
-                for row in _pages(conn, columns, table, key, tenant):
+            for table, make in _EXPORTED:
+                for row in snapshot.rows(table, tenant, page=PAGE):
                     out.write(_line(make(row)))
                     done += 1
                     if progress is not None:
@@ -226,7 +184,7 @@ _BEACON_KEYS = {
     "kind", "beacon_id", "agent_id", "origin_node", "query", "threshold", "cell_types", "project", "min_salience",
     "ttl_seconds", "created_at", "expires_at", "removed_at", "embedding_space", "embedding",
 }  # fmt: skip
-_SCENE_KEYS = {"kind", *(f for f in _SCENE_FIELDS if f != "tenant_id")}
+_SCENE_KEYS = {"kind", *(f for f in SCENE_FIELDS if f != "tenant_id")}
 
 
 def _keys(record: dict[str, Any], allowed: set[str], required: set[str]) -> None:
@@ -345,8 +303,8 @@ def parse_scene(record: dict[str, Any], tenant_id: str) -> dict[str, Any]:
     return scene
 
 
-def parse_beacon(record: dict[str, Any], tenant_id: str) -> tuple:
-    """A beacon line as the values of a ``beacons`` row."""
+def parse_beacon(record: dict[str, Any], tenant_id: str) -> tuple[Beacon, int | None]:
+    """A beacon line as a Beacon of ``tenant_id``, and when it was removed (None: live)."""
     _keys(record, _BEACON_KEYS, _BEACON_KEYS - {"cell_types", "project", "min_salience", "ttl_seconds", "expires_at", "removed_at"})
     cell_types = _checked(v.check_cell_types, record.get("cell_types"))
     min_salience = record.get("min_salience")
@@ -355,14 +313,16 @@ def parse_beacon(record: dict[str, Any], tenant_id: str) -> tuple:
     ttl = record.get("ttl_seconds")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1):
         raise LineError("'ttl_seconds' must be a positive integer or null")
-    return (
-        _checked(v.check_uuid, record.get("beacon_id"), "beacon_id"), tenant_id, _str(record, "agent_id"),
-        _str(record, "origin_node"), _checked(lambda q: v.check_text(q, "query", max_chars=8192), record.get("query")),
-        _checked(v.check_unit_interval, record.get("threshold"), "threshold"),
-        json.dumps(list(cell_types)) if cell_types else None, _checked(v.check_project, record.get("project")),
-        min_salience, ttl, _ms(record, "created_at"), _ms(record, "expires_at", optional=True),
-        _vector(record, None).tobytes(), _str(record, "embedding_space"), _ms(record, "removed_at", optional=True),
+    beacon = Beacon(
+        beacon_id=_checked(v.check_uuid, record.get("beacon_id"), "beacon_id"), tenant_id=tenant_id,
+        agent_id=_str(record, "agent_id"), origin_node=_str(record, "origin_node"),
+        query=_checked(lambda q: v.check_text(q, "query", max_chars=8192), record.get("query")),
+        threshold=_checked(v.check_unit_interval, record.get("threshold"), "threshold"), cell_types=cell_types,
+        project=_checked(v.check_project, record.get("project")), min_salience=min_salience, ttl_seconds=ttl,
+        created_at=_ms(record, "created_at"), expires_at=_ms(record, "expires_at", optional=True),
+        embedding=_vector(record, None), embedding_space=_str(record, "embedding_space"),
     )  # fmt: skip
+    return beacon, _ms(record, "removed_at", optional=True)
 
 
 # -- import: the file -----------------------------------------------------------------
@@ -459,14 +419,14 @@ async def import_file(
             on_error(line_no, reason)
 
     cells: list[tuple[v.Cell, bool]] = []
-    beacons: list[tuple] = []
+    beacons: list[tuple[Beacon, int | None]] = []
 
     async def flush(offset: int, line_no: int) -> None:
         if cells:
             stale = [i for i, (_, re_embed) in enumerate(cells) if re_embed]
             batch = [cell for cell, _ in cells]
             if stale:
-                vectors = await trio.to_thread.run_sync(service.embedder.embed, [batch[i].content for i in stale])
+                vectors = await service.embed([batch[i].content for i in stale])
                 for i, vector in zip(stale, vectors):
                     batch[i] = _replace_vector(batch[i], vector, space)
             stored = await service.import_cells(batch)
@@ -474,11 +434,7 @@ async def import_file(
             report["known"] += len(batch) - stored
             cells.clear()
         if beacons:
-            rows = list(beacons)
-            report["beacons"] += await service.db.write(lambda tx: sum(
-                tx.execute(f"INSERT OR IGNORE INTO beacons ({_BEACON_ROW}) VALUES ({','.join('?' * 15)})", row).rowcount
-                for row in rows
-            ))  # fmt: skip
+            report["beacons"] += await service.import_beacons(list(beacons))
             beacons.clear()
         await trio.to_thread.run_sync(_write_checkpoint, checkpoint, {"path": str(path), "offset": offset, "line": line_no})
 
@@ -521,12 +477,6 @@ async def import_file(
             progress(size, size)
     checkpoint.unlink(missing_ok=True)
     return report
-
-
-_BEACON_ROW = (
-    "beacon_id, tenant_id, agent_id, origin_node, query, threshold, cell_types, project, min_salience, "
-    "ttl_seconds, created_at, expires_at, embedding, embedding_space, removed_at"
-)
 
 
 def _replace_vector(cell: v.Cell, vector: np.ndarray, space: str) -> v.Cell:

@@ -132,8 +132,8 @@ def kinds_of(engine: MeshEngine, origin: str) -> set[str]:
 def test_the_sqlite_log_keeps_one_row_per_control_key(tmp_path):
     from mesh.identity import NodeIdentity
     from mesh.wire import PeerPayload, sign_diff
-    from node.database import Database
-    from node.mesh_log import SqliteDiffLog
+    from node.store.database import Database
+    from node.store.diff_log import SqliteDiffLog
 
     db = Database(tmp_path / "hyphae.db")
     try:
@@ -314,8 +314,8 @@ def test_kept_keys_are_checked_again_at_a_restart():
 
 def test_the_sqlite_log_keeps_members_keys(tmp_path):
     from mesh.identity import NodeIdentity
-    from node.database import Database
-    from node.mesh_log import SqliteDiffLog
+    from node.store.database import Database
+    from node.store.diff_log import SqliteDiffLog
 
     db = Database(tmp_path / "hyphae.db")
     try:

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from node.database import Database
+from node.store.database import Database
 from node.embedding import HashedEmbedder
 from node.errors import ConfigError, NotFound
 from app.home import open_node
-from node.schema import SCHEMA_VERSION, migrate
+from node.store.schema import SCHEMA_VERSION, migrate
 
 @pytest.fixture
 def make_agent(make_agent):

@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from node.database import Database
+from node.store.database import Database
 
 LONG_WINDOW = 60.0  # a write that waited this long would time the test out
 

@@ -18,7 +18,7 @@ from mesh import events as ev
 from mesh.identity import NodeIdentity
 from mesh.wire import CellPayload, PeerPayload, sign_diff
 from app.mesh_link import MeshLink
-from node.mesh_log import SqliteDiffLog
+from node.store.diff_log import SqliteDiffLog
 
 TOPIC = "the postgres connection pool size"
 
@@ -143,7 +143,7 @@ async def test_one_bad_cell_does_not_hold_back_its_batch(service, make_agent):
 
 
 def test_log_rows_put_in_a_row_share_one_job_and_survive_a_rerun_of_their_commit(tmp_path):
-    from node.database import Database
+    from node.store.database import Database
 
     db = Database(tmp_path / "hyphae.db")
     try:

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from node.catalog import CellCatalog
-from node.database import Database
+from node.store.database import Database
 from node.errors import Unavailable
 from node.service import new_id
 from node.waking import wake_all

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import DiskFull, Unavailable
+from ..errors import DiskFull, Unavailable
+from ..waking import Waker, current_waker, wake_all
 from .schema import migrate
-from .waking import Waker, current_waker, wake_all
 
 __all__ = ["Database", "PendingWrite", "Transaction"]
 

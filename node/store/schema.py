@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 

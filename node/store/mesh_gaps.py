@@ -1,0 +1,44 @@
+"""The gaps a crash can open between the cells and the mesh's diff log.
+
+A cell and its diff are written by separate jobs, so a crash can commit one and not the
+other. A node that starts again asks for both kinds of gap and closes them: a remote
+cell whose diff was logged is stored, a local cell whose diff was lost is announced.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mesh.wire import Diff, DiffKind, decode_signed
+
+if TYPE_CHECKING:
+    from .database import Database
+
+__all__ = ["MeshGaps"]
+
+
+class MeshGaps:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def logged_not_stored(self, node_id: str) -> list[Diff]:
+        """Cell diffs from other origins in the log whose cell is not stored here."""
+        rows = self.db.query(
+            "SELECT l.signed, l.signature, l.hops, l.ttl FROM mesh_log l WHERE l.kind = ? AND l.origin != ? "
+            "AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.node_id = l.cell_id)",
+            (int(DiffKind.CELL), node_id),
+        )
+        return [decode_signed(signed, signature, hops, ttl) for signed, signature, hops, ttl in rows]
+
+    def stored_not_logged(self, node_id: str, window_ms: int) -> list[str]:
+        """Live cells of this node stored within ``window_ms`` before its last logged diff
+        whose own diff is not in the log."""
+        row = self.db.query_one("SELECT MAX(ts) FROM (SELECT received_at AS ts FROM mesh_log WHERE origin = ?)", (node_id,))
+        if not row or not row[0]:
+            return []
+        rows = self.db.query(
+            "SELECT node_id FROM cells c WHERE c.origin_node = ? AND c.stored_at > ? AND c.forgotten_at IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM mesh_log l WHERE l.cell_id = c.node_id)",
+            (node_id, row[0] - window_ms),
+        )
+        return [cell_id for (cell_id,) in rows]
