@@ -317,7 +317,7 @@ class MeshEngine:
         self._armed.clear()  # a new runtime knows no timers yet: arm them all again
         if not self._restored:
             self._restored = True
-            for origin, public_key, proof in getattr(self.store, "keys", list)():
+            for origin, public_key, proof in self.store.keys():
                 self.keyring.learn(origin, public_key, proof)  # checked again: a rotated team drops old proofs
             if self.config.view != "partial":  # a partial view re-learns its neighbourhood instead
                 self._restore_control()
@@ -330,12 +330,9 @@ class MeshEngine:
         """Put back the control plane held before a restart (members and where they listen,
         beacons, version vectors) from the log, so the first store after a restart reaches
         the nodes that want it instead of nobody until anti-entropy and repair catch up."""
-        held = getattr(self.store, "control_diffs", None)
-        if held is None:
-            return
         newest: dict[tuple[str, tuple[str, str]], Diff] = {}
         top: dict[str, int] = {}
-        for diff in held():
+        for diff in self.store.control_diffs():
             if diff.kind in CONTROL_KINDS:
                 key = (diff.origin, control_key(diff))
                 if key not in newest or diff.seq > newest[key].seq:
@@ -686,9 +683,7 @@ class MeshEngine:
         """Verify and keep a member's key; new ones go to the log too (see ``_on_started``)."""
         if not self.keyring.learn(origin, public_key, proof):
             return False
-        put_key = getattr(self.store, "put_key", None)
-        if put_key is not None:
-            put_key(origin, public_key, proof)
+        self.store.put_key(origin, public_key, proof)
         return True
 
     def _admit(self, diff: Diff, env: Envelope) -> bool:
