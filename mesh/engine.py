@@ -77,7 +77,7 @@ from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy, beacon_c
 from .team import FRAME_OVERHEAD, FrameSealer
 from .told import MAX_TOLD, tell, told_name, told_names
 from .wire import (
-    CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, DiffKind, Envelope, MsgType, Payload,
+    CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, DecodeCache, Diff, DiffKind, Envelope, MsgType, Payload,
     PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope,
     encode_envelope, sign_diff,
 )  # fmt: skip
@@ -137,6 +137,7 @@ class MeshEngine:
         sealer: FrameSealer | Any | None = None,
         rng: random.Random | None = None,
         router: Callable[["MeshEngine"], RoutingPolicy] | None = None,
+        decode_cache: DecodeCache | None = None,
     ) -> None:
         if isinstance(identity_or_node_id, NodeIdentity):
             self.node_id = identity_or_node_id.node_id
@@ -155,6 +156,9 @@ class MeshEngine:
         self._sign = signer
         self._verify = verifier or NodeIdentity.verify
         self._sealer = sealer or config.team.sealer()
+        # What decoding keeps between frames: our own, unless the process runs many engines
+        # that share one (a simulator's part).
+        self._decode_cache = DecodeCache() if decode_cache is None else decode_cache
         self._rng = rng or random.Random(self.node_id)
         self._proof = config.team.membership_proof(public_key)
         self.keyring = Keyring(config.team.is_member)
@@ -608,7 +612,7 @@ class MeshEngine:
         self.counters.bytes_received += len(event.frame)
         try:
             sender_id, nonce, plaintext = self._sealer.open(event.frame)
-            env = decode_envelope(plaintext, self.config.limits)
+            env = decode_envelope(plaintext, self.config.limits, self._decode_cache)
         except MeshError as exc:
             self._drop(exc.reason)
             return

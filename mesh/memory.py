@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 from typing import Protocol
 
-from .wire import DATA_KINDS, CellPayload, Diff
+from .diffs import DATA_KINDS, CellPayload, Diff
 
 __all__ = ["DiffLog", "MemoryDiffLog"]
 
