@@ -17,14 +17,14 @@ from .membership import LIVENESS, Liveness, PeerState
 from .memory import DiffLog, MemoryDiffLog
 from .routing import BeaconIndex, FullView, RoutingPolicy
 from .team import FrameSealer, Team
-from .wire import BeaconPayload, CellPayload, Diff, DiffKind, WireLimits
+from .diffs import BeaconPayload, CellPayload, DecodeCache, Diff, DiffKind, WireLimits
 
 __all__ = [
     "NodeIdentity", "node_id_for",
     "Team", "FrameSealer",
     "MeshEngine", "MeshConfig", "EnergyParams", "Counters",
     "DiffLog", "MemoryDiffLog",
-    "CellPayload", "BeaconPayload", "Diff", "DiffKind", "WireLimits",
+    "CellPayload", "BeaconPayload", "Diff", "DiffKind", "WireLimits", "DecodeCache",
     "BeaconIndex", "FullView", "RoutingPolicy",
     "PeerState", "Liveness", "LIVENESS",
     "MeshError", "LocalError", "JoinTokenError", "RemoteError", "SealError", "WireError", "Reason",

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any, Literal, Protocol
 
 from .team import Team
-from .wire import DEFAULT_LIMITS, WireLimits
+from .diffs import DEFAULT_LIMITS, WireLimits
 
 __all__ = ["MeshConfig", "EnergyParams"]
 

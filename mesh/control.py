@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .wire import BeaconPayload, Diff, Digest, PeerPayload, ScenePayload, UnbeaconPayload, id_bytes
+from .diffs import BeaconPayload, Diff, PeerPayload, ScenePayload, UnbeaconPayload, id_bytes
+from .wire import Digest
 
 __all__ = ["ControlState", "control_key"]
 

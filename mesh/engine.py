@@ -77,7 +77,7 @@ from .routing import BeaconIndex, FullView, PartialView, RoutingPolicy, beacon_c
 from .team import FRAME_OVERHEAD, FrameSealer
 from .told import MAX_TOLD, tell, told_name, told_names
 from .wire import (
-    CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, Diff, DiffKind, Envelope, MsgType, Payload,
+    CONTROL_KINDS, DATA_KINDS, BeaconPayload, CellPayload, DecodeCache, Diff, DiffKind, Envelope, MsgType, Payload,
     PeerPayload, ScenePayload, TombstonePayload, UnbeaconPayload, decode_envelope,
     encode_envelope, sign_diff,
 )  # fmt: skip
@@ -137,6 +137,7 @@ class MeshEngine:
         sealer: FrameSealer | Any | None = None,
         rng: random.Random | None = None,
         router: Callable[["MeshEngine"], RoutingPolicy] | None = None,
+        decode_cache: DecodeCache | None = None,
     ) -> None:
         if isinstance(identity_or_node_id, NodeIdentity):
             self.node_id = identity_or_node_id.node_id
@@ -155,6 +156,9 @@ class MeshEngine:
         self._sign = signer
         self._verify = verifier or NodeIdentity.verify
         self._sealer = sealer or config.team.sealer()
+        # What decoding keeps between frames: our own, unless the process runs many engines
+        # that share one (a simulator's part).
+        self._decode_cache = DecodeCache() if decode_cache is None else decode_cache
         self._rng = rng or random.Random(self.node_id)
         self._proof = config.team.membership_proof(public_key)
         self.keyring = Keyring(config.team.is_member)
@@ -317,7 +321,7 @@ class MeshEngine:
         self._armed.clear()  # a new runtime knows no timers yet: arm them all again
         if not self._restored:
             self._restored = True
-            for origin, public_key, proof in getattr(self.store, "keys", list)():
+            for origin, public_key, proof in self.store.keys():
                 self.keyring.learn(origin, public_key, proof)  # checked again: a rotated team drops old proofs
             if self.config.view != "partial":  # a partial view re-learns its neighbourhood instead
                 self._restore_control()
@@ -330,12 +334,9 @@ class MeshEngine:
         """Put back the control plane held before a restart (members and where they listen,
         beacons, version vectors) from the log, so the first store after a restart reaches
         the nodes that want it instead of nobody until anti-entropy and repair catch up."""
-        held = getattr(self.store, "control_diffs", None)
-        if held is None:
-            return
         newest: dict[tuple[str, tuple[str, str]], Diff] = {}
         top: dict[str, int] = {}
-        for diff in held():
+        for diff in self.store.control_diffs():
             if diff.kind in CONTROL_KINDS:
                 key = (diff.origin, control_key(diff))
                 if key not in newest or diff.seq > newest[key].seq:
@@ -611,7 +612,7 @@ class MeshEngine:
         self.counters.bytes_received += len(event.frame)
         try:
             sender_id, nonce, plaintext = self._sealer.open(event.frame)
-            env = decode_envelope(plaintext, self.config.limits)
+            env = decode_envelope(plaintext, self.config.limits, self._decode_cache)
         except MeshError as exc:
             self._drop(exc.reason)
             return
@@ -686,9 +687,7 @@ class MeshEngine:
         """Verify and keep a member's key; new ones go to the log too (see ``_on_started``)."""
         if not self.keyring.learn(origin, public_key, proof):
             return False
-        put_key = getattr(self.store, "put_key", None)
-        if put_key is not None:
-            put_key(origin, public_key, proof)
+        self.store.put_key(origin, public_key, proof)
         return True
 
     def _admit(self, diff: Diff, env: Envelope) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Union
 
-from .wire import BeaconPayload, CellPayload, Diff
+from .diffs import BeaconPayload, CellPayload, Diff
 
 __all__ = [
     "Started", "CellStored", "CellForgotten", "BeaconPlaced", "BeaconRemoved", "SceneChanged",

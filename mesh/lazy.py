@@ -31,7 +31,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 
-from .wire import Diff
+from .diffs import Diff
 
 __all__ = ["LazyPush", "DiffRef"]
 

@@ -17,12 +17,19 @@ from __future__ import annotations
 import bisect
 from typing import Protocol
 
-from .wire import DATA_KINDS, CellPayload, Diff
+from .diffs import DATA_KINDS, CellPayload, Diff
 
 __all__ = ["DiffLog", "MemoryDiffLog"]
 
 
 class DiffLog(Protocol):
+    """Every method is required: the engine calls each of them (none is probed for).
+
+    Membership (``has``, ``put``'s answer) and ``max_seq`` reflect a ``put`` at once; the
+    reads of the log itself (``scan``, ``control_diffs``, ``keys``) may lag a ``put`` until
+    its write lands (the SQLite log's group commit), never longer.
+    """
+
     def has(self, origin: str, seq: int) -> bool:
         """Is this diff already held?"""
 
@@ -34,19 +41,20 @@ class DiffLog(Protocol):
 
     def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
         """Up to ``limit`` data diffs (cell, tombstone) with lsn > ``after``, in log order,
-        as ``(lsn, received_at, diff)``."""
+        as ``(lsn, received_at, diff)``. Positions only grow."""
 
     def max_seq(self, origin: str) -> int:
         """The highest seq held from ``origin`` (0 if none): restarts continue above it."""
 
     def control_diffs(self) -> list[Diff]:
-        """Every control diff held (peer, beacon, unbeacon, scene), in log order."""
+        """The control diffs held (peer, beacon, unbeacon, scene), in log order: at least the
+        newest for each of an origin's keys (a log may let the ones it supersedes go)."""
 
     def put_key(self, origin: str, public_key: bytes, proof: bytes) -> None:
         """Remember a member's verified key and membership proof (the newest per origin)."""
 
     def keys(self) -> list[tuple[str, bytes, bytes]]:
-        """Every remembered ``(origin, public_key, proof)``."""
+        """Every remembered ``(origin, public_key, proof)``, one per origin."""
 
 
 class MemoryDiffLog:

@@ -38,7 +38,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 
-from .wire import Diff
+from .diffs import Diff
 
 __all__ = ["Outbox", "Batch", "MAX_ACK_TIMEOUT_MS", "DELIVERED_ACK_TIMEOUT_MS"]
 

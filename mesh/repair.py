@@ -35,7 +35,7 @@ from .config import EnergyParams
 from .memory import DiffLog
 from .routing import IndexedBeacon, accepts
 from .haves import HaveSet
-from .wire import CellPayload, Diff, TombstonePayload, diff_key
+from .diffs import CellPayload, Diff, TombstonePayload, diff_key
 
 __all__ = ["RepairClient", "RepairAnswer", "Owed", "answer_repair"]
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from .config import EnergyParams
 from .told import told_name, told_names
-from .wire import BeaconPayload, CellPayload, Diff
+from .diffs import BeaconPayload, CellPayload, Diff
 
 __all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView", "PartialView", "beacon_closeness"]
 

@@ -34,7 +34,7 @@ from .events import (
 from .identity import NodeIdentity, node_id_for
 from .memory import MemoryDiffLog
 from .team import FRAME_VERSION, Team
-from .wire import id_bytes, id_hex
+from .diffs import id_bytes, id_hex
 
 __all__ = [
     "LinkConditions", "VirtualNetwork", "Host", "PlainSealer", "fast_crypto", "seeded_identity", "make_engine",

@@ -22,7 +22,7 @@ from mesh.events import BeaconPlaced, Event, FrameReceived, PeerDiscovered, Send
 from mesh.memory import MemoryDiffLog
 from mesh.team import FrameSealer, Team
 from mesh.testing import PlainSealer, VirtualNetwork, fast_crypto, seeded_identity
-from mesh.wire import BeaconPayload
+from mesh.wire import BeaconPayload, DecodeCache
 
 __all__ = [
     "Latency", "PartitionSpec", "ChurnSpec", "CHURN_MODES", "Outage", "LinkModel", "SimNetwork", "parse_spec",
@@ -283,6 +283,10 @@ class SimNetwork(VirtualNetwork):
         self.team = team
         self.crypto = crypto
         self._frame_sealer = team.sealer() if crypto == "real" else None  # stateless: one for every engine
+        # One decode cache for all our engines (one per part of a split run): thousands of engines
+        # decode the same diffs, and share one decoding of each, cells too (nothing here edits a
+        # payload it was handed).
+        self.decode_cache = DecodeCache(share_data=True)
         self.energy = energy
         self.config = config
         self.down: set[str] = set()
@@ -319,11 +323,14 @@ class SimNetwork(VirtualNetwork):
         cfg = MeshConfig(team=self.team, address=addr, **self.config)  # type: ignore[arg-type]
         if self.crypto == "real":  # what `hyphae up` runs: Ed25519 diffs, ChaCha20-Poly1305 frames
             identity = seeded_identity(identity_rng)
-            return MeshEngine(identity, cfg, store, energy=self.energy, sealer=self._frame_sealer, rng=rng)
+            return MeshEngine(
+                identity, cfg, store, energy=self.energy, sealer=self._frame_sealer, rng=rng,
+                decode_cache=self.decode_cache,
+            )  # fmt: skip
         node_id, public_key, sign, verify = fast_crypto(identity_rng)
         return MeshEngine(
             node_id, cfg, store, energy=self.energy, signer=sign, verifier=verify, public_key=public_key,
-            sealer=PlainSealer(self.team, rng), rng=rng,
+            sealer=PlainSealer(self.team, rng), rng=rng, decode_cache=self.decode_cache,
         )  # fmt: skip
 
     def opener(self) -> PlainSealer | FrameSealer:

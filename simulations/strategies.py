@@ -24,10 +24,7 @@ from typing import Any, Callable, Protocol
 from mesh.events import CellStored, Effect, FrameReceived, SendFrame, StoreRemoteCell
 from mesh.team import FRAME_OVERHEAD, Team
 from mesh.testing import START_MS, Host
-from mesh.wire import (
-    CellPayload, Envelope, MsgType, encode_envelope, share_data_payloads,
-    sign_diff,
-)  # fmt: skip
+from mesh.wire import CellPayload, Envelope, MsgType, encode_envelope, sign_diff
 from node.energy import EnergyModel
 
 from .metrics import Recorder
@@ -110,13 +107,13 @@ class Hyphae:
     name = "hyphae"
 
     def run(self, ctx: Context) -> Outcome:
-        # Every engine still decodes every frame; the cell diffs they relay share one decoding.
-        with share_data_payloads():
-            shards = open_shards(ctx.processes, lambda index, count: _HyphaeShard(ctx, index, count))
-            try:
-                return self._run(ctx, _Parts(shards, START_MS, ctx.workload.spec.nodes))
-            finally:
-                shards.close()
+        # Every engine still decodes every frame; the diffs they relay share one decoding per part
+        # (SimNetwork.decode_cache).
+        shards = open_shards(ctx.processes, lambda index, count: _HyphaeShard(ctx, index, count))
+        try:
+            return self._run(ctx, _Parts(shards, START_MS, ctx.workload.spec.nodes))
+        finally:
+            shards.close()
 
     def _run(self, ctx: Context, parts: "_Parts") -> Outcome:
         w = ctx.workload

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from mesh.errors import WireError
 from mesh.identity import NodeIdentity
 from mesh.membership import Liveness, PeerState, PeerTable
-from mesh.wire import (
-    BeaconPayload, Envelope, MsgType, PeerPayload, decode_envelope, decode_signed, encode_envelope, sign_diff,
-)  # fmt: skip
+from mesh.wire import BeaconPayload, Envelope, MsgType, PeerPayload, encode_envelope, sign_diff
+
+from .shared_decoding import decode_envelope, decode_signed
 
 PROBE, DEAD_PROBE, COUNT = 2000, 10_000, 3
 

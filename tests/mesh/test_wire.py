@@ -13,8 +13,10 @@ from mesh.haves import MAX_HAVE_BYTES, MAX_HAVE_ORIGINS, HaveSet
 from mesh.identity import NodeIdentity
 from mesh.wire import (
     BeaconPayload, CellPayload, DiffKind, Envelope, MsgType, PeerPayload, ScenePayload, TombstonePayload,
-    UnbeaconPayload, WireLimits, decode_envelope, decode_signed, encode_envelope, share_data_payloads, sign_diff,
+    UnbeaconPayload, WireLimits, encode_envelope, sign_diff,
 )  # fmt: skip
+
+from .shared_decoding import decode_envelope, decode_signed, share_data_payloads
 
 ME = NodeIdentity.generate()
 VEC = np.linspace(-1, 1, 8, dtype=np.float32)
