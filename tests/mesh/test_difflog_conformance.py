@@ -42,8 +42,8 @@ def subject(request, tmp_path) -> Iterator[Log]:
     if request.param == "memory":
         yield Log(MemoryDiffLog(), lambda: None, None)
         return
-    from node.database import Database
-    from node.mesh_log import SqliteDiffLog
+    from node.store.database import Database
+    from node.store.diff_log import SqliteDiffLog
 
     db = Database(tmp_path / "hyphae.db")
     try:
