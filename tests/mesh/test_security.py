@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from mesh.engine import MeshEngine
-from mesh.errors import Reason
+from mesh.errors import Reason, SealError
 from mesh.events import (
     ApplyTombstone, BeaconPlaced, CellForgotten, CellStored, FrameReceived, PeerDiscovered, SendFrame,
 )  # fmt: skip
@@ -63,7 +63,7 @@ def test_a_member_frame_is_accepted(team, bob):
 def test_another_team_can_neither_read_nor_inject(team, bob):
     outsiders = Team.create()
     mine = frame(team, MALLORY, diff_from(MALLORY))
-    with pytest.raises(Exception):
+    with pytest.raises(SealError):
         outsiders.sealer().open(mine)  # cannot read
     effects = deliver(bob, frame(outsiders, MALLORY, diff_from(MALLORY)))  # cannot inject
     assert stored(effects) == [] and bob.counters.drops == {Reason.DECRYPT_FAILED: 1}
