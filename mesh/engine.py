@@ -756,6 +756,9 @@ class MeshEngine:
             return
         if not self._admit(diff, env):
             return
+        if isinstance(diff.payload, TombstonePayload) and not self._forgets_own_cell(diff.origin, diff.payload):
+            self._drop(Reason.NOT_ORIGIN)
+            return
         self.store.put(diff, self._now)
         self._receipts.append((self._now, diff.origin, diff.seq))
         if self.lazy is not None:
@@ -798,6 +801,13 @@ class MeshEngine:
                     onward = diff.routed(hops=diff.hops + 1, ttl=ttl, told=told)
                     for peer_id in announce_to:
                         self.lazy.announce(peer_id, onward, e0, self._now)  # type: ignore[union-attr]
+
+    def _forgets_own_cell(self, signer: str, tombstone: TombstonePayload) -> bool:
+        """Only a cell's origin may forget it: the origin of the cell diff we hold, else the
+        one the tombstone names (the node's facade checks its own row again)."""
+        held = self.store.cell(tombstone.cell_id)
+        origin = held.origin if held is not None else tombstone.cell_origin
+        return origin is None or origin == signer
 
     # -- lazy push (mesh.lazy) -----------------------------------------------------------
 

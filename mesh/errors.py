@@ -36,6 +36,7 @@ class Reason:
     UNKNOWN_ORIGIN = "unknown_origin"  # no public key known for the origin
     BAD_SIGNATURE = "bad_signature"  # signature does not verify
     DUPLICATE = "duplicate"  # (origin, seq) already held
+    NOT_ORIGIN = "not_origin"  # a tombstone signed by another node than its cell's origin
     STALE = "stale"  # control diff older than the version we hold
     # sending
     QUEUE_FULL = "queue_full"  # bounded send queue overflowed: lowest energy dropped

@@ -7,7 +7,9 @@ for ``minilm`` (the built-in model, loaded once per session).
 from __future__ import annotations
 
 import app  # noqa: F401  (first: one BLAS thread per operation, as in the daemon)
+import contextlib
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,16 @@ class FakeClock:
 
     def advance(self, ms: int) -> None:
         self.now += ms
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[int]:
+        """Inside the block every read returns the same instant, which the block is given:
+        a time the facade stamps can then be asserted exactly."""
+        step, self.step = self.step, 0
+        try:
+            yield self.now
+        finally:
+            self.step = step
 
 
 @pytest.fixture

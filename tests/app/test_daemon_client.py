@@ -73,8 +73,9 @@ def test_a_daemon_error_comes_back_as_its_hyphae_error(closing_server, tmp_path:
 
 
 def test_no_daemon_listening_is_unavailable_with_the_address(tmp_path: Path) -> None:
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        port = probe.getsockname()[1]  # free once closed
-    client = DaemonClient(tmp_path, {"api_url": f"http://127.0.0.1:{port}"}, "key")
-    with pytest.raises(Unavailable, match=f"127.0.0.1:{port} is not reachable"):
-        client.call("GET", "/v1/whoami")
+    with socket.socket() as held:  # bound by this test and never listening: the port is ours, and refuses
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        client = DaemonClient(tmp_path, {"api_url": f"http://127.0.0.1:{port}"}, "key")
+        with pytest.raises(Unavailable, match=f"127.0.0.1:{port} is not reachable"):
+            client.call("GET", "/v1/whoami")

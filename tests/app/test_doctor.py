@@ -167,17 +167,18 @@ def test_mesh_port_taken_by_another_program(node):
 
 
 def test_a_daemon_that_holds_the_data_dir_but_does_not_answer(node):
-    with socket.socket() as probe:  # a port where nothing listens
-        probe.bind(("127.0.0.1", 0))
-        dead_port = probe.getsockname()[1]
     lock = DataDirLock(node / "node.lock").acquire()
-    try:
-        (node / DAEMON_FILE).write_text(json.dumps({"pid": 4242, "api_url": f"http://127.0.0.1:{dead_port}", "node_id": "x"}))
-        checks = doctor(node)
-        assert checks["daemon"].status == FAIL and "/healthz does not answer" in checks["daemon"].message
-        assert "kill 4242" in checks["daemon"].fix and "daemon.log" in checks["daemon"].fix
-    finally:
-        lock.release()
+    # A port held by this test and never listening: nothing answers there, nor can anything start to.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        dead_port = held.getsockname()[1]
+        try:
+            (node / DAEMON_FILE).write_text(json.dumps({"pid": 4242, "api_url": f"http://127.0.0.1:{dead_port}", "node_id": "x"}))
+            checks = doctor(node)
+            assert checks["daemon"].status == FAIL and "/healthz does not answer" in checks["daemon"].message
+            assert "kill 4242" in checks["daemon"].fix and "daemon.log" in checks["daemon"].fix
+        finally:
+            lock.release()
 
 
 def test_no_team(tmp_path):
@@ -213,11 +214,11 @@ def test_builtin_weights_missing(node, monkeypatch):
 
 
 def test_remote_embedder_that_is_down(node):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead_port = probe.getsockname()[1]
-    edit(node, {'provider = "hashed"': f'provider = "ollama"\nurl = "http://127.0.0.1:{dead_port}"\nmodel = "nomic"\ntimeout_seconds = 2'})
-    checks = doctor(node)
+    with socket.socket() as held:  # held by this test, never listening: connections are refused
+        held.bind(("127.0.0.1", 0))
+        dead_port = held.getsockname()[1]
+        edit(node, {'provider = "hashed"': f'provider = "ollama"\nurl = "http://127.0.0.1:{dead_port}"\nmodel = "nomic"\ntimeout_seconds = 2'})
+        checks = doctor(node)
     assert checks["embedder"].status == FAIL and f"127.0.0.1:{dead_port}" in checks["embedder"].message
     assert "start the ollama service" in checks["embedder"].fix
     assert "index" not in checks

@@ -7,7 +7,6 @@ contract (seeds 000/001, DESIGN §7/§8) is about exactly those.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -163,11 +162,10 @@ def test_a_body_over_one_mebibyte_is_refused_and_the_connection_survives(http, k
         assert post_mcp(http, key, rpc("ping")).status_code == 200  # the node keeps serving
 
 
-def test_server_discover_is_refused_at_once(http, key) -> None:
-    started = time.monotonic()
+def test_server_discover_is_refused_with_a_plain_answer(http, key) -> None:
+    """A JSON body that ends, not an event stream held open: the client's timeout guards a hang."""
     response = post_mcp(http, key, rpc("server/discover", {}, id="probe"))
-    assert time.monotonic() - started < 1.0
-    assert response.status_code == 200
+    assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
     assert response.json() == {"jsonrpc": "2.0", "id": "probe",
                                "error": {"code": -32601, "message": "method not found: server/discover"}}
 

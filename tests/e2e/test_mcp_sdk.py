@@ -2,10 +2,11 @@
 
 The SDK is a *test* dependency (DESIGN §2: no SDK in the product). The version pinned
 in ``pyproject.toml`` is the newest major, 2.x: its ``Client`` probes ``server/discover``
-before falling back to ``initialize``, so these tests also show that a node refuses the
-probe at once: -32601 over stdio; over HTTP the probe carries ``MCP-Protocol-Version:
+before falling back to ``initialize``, so these tests also show that a node answers the
+probe with a refusal: -32601 over stdio; over HTTP the probe carries ``MCP-Protocol-Version:
 2026-07-28``, which is answered 400 before the method is read. (A server that ignored the
-probe would cost every connection the SDK's 10 s probe timeout.) The
+probe would cost every connection the SDK's 10 s probe timeout; here that timeout is raised
+to an hour, so an unanswered probe trips the test's hang guard instead of being timed.) The
 older 1.x line, which most hosts still ship, gets its own connect/list/recall test in a
 throwaway virtualenv (cached under pytest's cache dir), since one environment cannot hold
 both majors.
@@ -28,27 +29,29 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2  # the SDK's own HTTP client (a dependency of mcp 2.x)
+import mcp
+import mcp.client.session
 import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.mcp_contract import ANNOTATIONS
 
 from .conftest import DEADLINE, Daemon, add_agents, make_home, start_daemon, stop_process
 
-mcp = pytest.importorskip("mcp", reason="the MCP SDK is a test dependency: pip install -e '.[test]'")
-httpx2 = pytest.importorskip("httpx2")
-
-from mcp import Client, StdioServerParameters  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from tests.mcp_contract import ANNOTATIONS  # noqa: E402
-
-# The 2.x client probes `server/discover` first and waits this long for an answer before it falls
-# back to `initialize`; a connect that took this long means the probe went unanswered.
-try:
-    from mcp.client.session import DISCOVER_TIMEOUT_SECONDS as CONNECT_BOUND
-except ImportError:  # pragma: no cover - another SDK layout
-    CONNECT_BOUND = 10.0
 OLD_SDK = "mcp==1.30.0"  # the last 1.x release
 
 # One standing interest per transport, far apart in meaning, so neither run feeds the other's inbox.
 TOPICS = {"stdio": "deploys go through the staging cluster first", "http": "the mobile app ships every second Thursday"}
+
+
+@pytest.fixture
+def unanswered_probe_hangs(monkeypatch) -> None:
+    """The 2.x client waits ``DISCOVER_TIMEOUT_SECONDS`` for an answer to ``server/discover``
+    and then falls back to ``initialize``: an hour instead of 10 s, so a node that ignored the
+    probe would run into the scenario's hang guard rather than connect slowly."""
+    monkeypatch.setattr(mcp.client.session, "DISCOVER_TIMEOUT_SECONDS", 3600.0)
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +145,7 @@ async def _exercise(client: Client, daemon: Daemon, bob_key: str, tag: str) -> N
     assert again["diffs"] == [] and again["cursor"] == pulled["cursor"]
 
 
-def test_sdk_over_stdio(sdk_node) -> None:
+def test_sdk_over_stdio(sdk_node, unanswered_probe_hangs, capsys) -> None:
     daemon, keys = sdk_node
     params = StdioServerParameters(
         command=sys.executable,
@@ -159,11 +162,11 @@ def test_sdk_over_stdio(sdk_node) -> None:
             return connect_time
 
     connect_time = asyncio.run(scenario())
-    # Includes starting `hyphae mcp` (a Python process): an unanswered probe alone would take the bound.
-    assert connect_time < CONNECT_BOUND
+    with capsys.disabled():  # printed, not asserted: it includes starting `hyphae mcp` (a Python process)
+        print(f"\nSDK over stdio connected in {connect_time:.2f} s")
 
 
-def test_sdk_over_streamable_http(sdk_node) -> None:
+def test_sdk_over_streamable_http(sdk_node, unanswered_probe_hangs, capsys) -> None:
     daemon, keys = sdk_node
 
     sent: list[tuple[str, str | None]] = []  # (JSON-RPC method, MCP-Protocol-Version header)
@@ -187,7 +190,8 @@ def test_sdk_over_streamable_http(sdk_node) -> None:
     methods = [method for method, _ in sent]
     assert methods[:3] == ["server/discover", "initialize", "notifications/initialized"], sent[:4]
     assert all(version == "2025-11-25" for method, version in sent[2:]), sent  # what was negotiated
-    assert connect_time < min(5.0, CONNECT_BOUND)
+    with capsys.disabled():
+        print(f"\nSDK over HTTP connected in {connect_time:.2f} s")
 
 
 def test_sdk_over_http_refuses_a_bad_key(sdk_node) -> None:
@@ -199,7 +203,7 @@ def test_sdk_over_http_refuses_a_bad_key(sdk_node) -> None:
                 async with Client(streamable_http_client(daemon.mcp_url, http_client=http)):
                     pass
 
-    with pytest.raises(BaseException) as raised:
+    with pytest.raises((mcp.MCPError, BaseExceptionGroup)) as raised:  # anyio may wrap it in task groups
         anyio.run(scenario, backend="trio")
     errors = _leaves(raised.value)
     assert any(isinstance(e, mcp.MCPError) and e.code == -32001 for e in errors), errors
@@ -281,7 +285,7 @@ def _cache_dir(request, tmp_path_factory, name: str) -> Path:
     return Path(cache.mkdir(name)) if cache is not None else tmp_path_factory.mktemp(name)
 
 
-def test_older_sdk_line_connects_without_delay(sdk_node, request, tmp_path_factory) -> None:
+def test_older_sdk_line_connects_and_recalls(sdk_node, request, tmp_path_factory, capsys) -> None:
     daemon, keys = sdk_node
     python = _old_sdk_python(_cache_dir(request, tmp_path_factory, "hyphae-e2e-" + OLD_SDK.replace("==", "-")))
     version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('mcp'))"],
@@ -297,7 +301,7 @@ def test_older_sdk_line_connects_without_delay(sdk_node, request, tmp_path_facto
         env={k: v for k, v in os.environ.items() if k != "HYPHAE_API_KEY"},
     )
     try:
-        out, err = process.communicate(timeout=60)
+        out, err = process.communicate(timeout=120)  # a hang guard only
     finally:
         stop_process(process)
     elapsed = time.monotonic() - started
@@ -308,4 +312,5 @@ def test_older_sdk_line_connects_without_delay(sdk_node, request, tmp_path_facto
         assert report[transport]["tools"] == sorted(ANNOTATIONS)
         assert report[transport]["error"] is False
         assert isinstance(report[transport]["recall"]["results"], list)
-    assert elapsed < 20.0, report  # interpreter + SDK import + `hyphae mcp` start, both transports
+    with capsys.disabled():  # interpreter + SDK import + `hyphae mcp` start, both transports
+        print(f"\nthe 1.x SDK over both transports: {elapsed:.2f} s (stdio {report['stdio_seconds']:.2f} s)")

@@ -10,7 +10,6 @@ outlives it.
 from __future__ import annotations
 
 import json
-import time
 
 from collections.abc import Iterator
 
@@ -78,9 +77,7 @@ def test_stdout_carries_only_json_rpc(daemon) -> None:
 
 
 def test_a_missing_key_is_refused_before_anything_is_served(e2e_home) -> None:
-    started = time.monotonic()
-    result = run_cli(e2e_home, "mcp", env={"HYPHAE_API_KEY": ""}, input="", check=False)
-    assert time.monotonic() - started < DEADLINE
+    result = run_cli(e2e_home, "mcp", env={"HYPHAE_API_KEY": ""}, input="", check=False)  # DEADLINE guards a hang
     assert result.returncode == 4
     assert result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1 and "HYPHAE_API_KEY" in result.stderr

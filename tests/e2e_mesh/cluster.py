@@ -450,6 +450,34 @@ def wait_connected(nodes: Sequence[MeshNode], timeout: float = DEADLINE) -> floa
     return time.monotonic() - started
 
 
+def wait_outbox_idle(node: MeshNode, timeout: float = DEADLINE) -> dict[str, Any]:
+    """Until nothing is queued for, or in flight to, any of ``node``'s peers; its status then.
+
+    An origin routes a cell when it is stored, and a diff leaves its outbox only when the
+    peer acknowledged it, which that peer's engine does after accepting it. So once the
+    origin's outbox is idle, every peer it sent to has the cell (``cells_delivered``), and
+    a peer without it was never sent it: a negative check that needs no waiting "long enough".
+    """
+
+    def idle() -> dict[str, Any] | None:
+        status = node.peers()
+        busy = [p for p in status["peers"] if p.get("queue_depth") or p.get("inflight_batches")]
+        return None if busy else status
+
+    return wait_until(idle, timeout, interval=0.02, message=lambda: f"{node.name}'s outbox: {node.peers()['peers']}")
+
+
+def wait_frames_handled(node: MeshNode, timeout: float = DEADLINE) -> dict[str, Any]:
+    """Until ``node``'s engine has handled every frame its endpoint took in so far (accepted
+    or dropped, each one counted); its status then."""
+
+    def handled() -> dict[str, Any] | None:
+        status = node.peers()
+        return status if status["frames_received"] >= status["runtime"]["frames_queued"] else None
+
+    return wait_until(handled, timeout, interval=0.02, message=lambda: f"{node.name} handling its frames")
+
+
 def wait_beacons_known(node: MeshNode, count: int, timeout: float = DEADLINE) -> float:
     """``node``'s engine knows at least ``count`` remote beacons; returns the seconds it took."""
     started = time.monotonic()

@@ -31,12 +31,14 @@ from mesh.team import Team
 from mesh.wire import CellPayload, Envelope, MsgType, decode_envelope, encode_envelope, sign_diff
 from node.embedding.hashed import HashedEmbedder
 
-from .cluster import Lab, MeshNode, team_of, wait_beacons_known, wait_connected, wait_until
+from .cluster import (
+    Lab, MeshNode, team_of, wait_beacons_known, wait_connected, wait_frames_handled, wait_outbox_idle, wait_until,
+)  # fmt: skip
+
 
 FRAMES = "/mesh/v1/frames"
 INTEREST = "pgvector storage backend database"
 DECISION = "Use pgvector as the storage backend database for V1."
-QUIET_WAIT = 2.0  # s: time enough for any delivery (a member gets it in tens of ms)
 
 
 def post_frame(node: MeshNode, body: bytes, **kwargs) -> httpx.Response:
@@ -110,7 +112,12 @@ def test_outsider_can_neither_read_nor_inject_and_garbage_is_counted(nodes) -> N
     # -- the outsider: no injecting ------------------------------------------------------
     outsider.rest("POST", "/v1/cells", key_o, expect=201,
                   json={"content": "outsider injected rumour: drop the database", "cell_type": "Fact"})  # fmt: skip
-    time.sleep(QUIET_WAIT)
+    # Nothing to wait for: the outsider knows no beacon of ours, so the rumour is sent nowhere,
+    # and what it does send A cannot open.
+    assert wait_outbox_idle(outsider)["data_diffs_sent"] == 0
+    wait_outbox_idle(a)  # and the decision went to B alone, acknowledged
+    wait_until(lambda: drops(a).get("decrypt_failed", 0) >= 1, 30.0, message="the outsider's frames refused at A")
+    wait_frames_handled(a)
     assert outsider.rest("GET", "/v1/inbox", key_o)["diffs"] == []
     assert a.rest("GET", "/v1/inbox", key_a)["diffs"] == []
     found = a.rest("POST", "/v1/search", key_a, json={"query": "outsider injected rumour drop the database"})

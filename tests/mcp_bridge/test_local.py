@@ -8,6 +8,7 @@ import stat
 
 import pytest
 import trio
+import trio.testing
 
 from mcp_bridge import Dispatcher, local
 from mcp_bridge.local import SocketRelay, bind_local_socket, serve_local_socket
@@ -151,7 +152,7 @@ async def test_a_full_accept_backlog_is_waited_out_not_reported_as_a_dead_daemon
     service = FakeService()
 
     async def serve_soon() -> None:
-        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()  # the relay is already waiting for a way in
         await serve_local_socket(sock, Dispatcher(service, server_version="0"), service.authenticate)
 
     nursery.start_soon(serve_soon)
@@ -188,7 +189,7 @@ async def test_a_call_in_flight_when_the_daemon_stops_still_gets_its_answer(tmp_
                     "content": "Ship on Fridays only with a rollback plan.", "cell_type": "Decision"}}))))
 
             async def finish_the_store_later() -> None:
-                await trio.sleep(0.05)
+                await trio.testing.wait_all_tasks_blocked()  # the shutdown is under way, stuck on the store
                 release.set()
 
             outer.start_soon(call)

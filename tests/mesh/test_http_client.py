@@ -21,6 +21,7 @@ class ScriptedServer:
         self.close_after = close_after
         self.requests: list[tuple[bytes, bytes]] = []  # (head, body)
         self.connections = 0
+        self.closed = 0  # connections this server has closed
 
     async def handle(self, stream: trio.SocketStream) -> None:
         self.connections += 1
@@ -48,6 +49,7 @@ class ScriptedServer:
                 served += 1
         finally:
             await stream.aclose()
+            self.closed += 1
 
 
 @pytest.fixture
@@ -87,7 +89,8 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced_and_the_fra
     frames = client()
     with trio.fail_after(5):
         for i in range(3):
-            await trio.sleep(0.05)  # the close reaches us while the connection is idle
+            while server.closed < i:  # the server has closed the last connection (its FIN is ours on loopback)
+                await trio.sleep(0.01)
             assert await frames.post("127.0.0.1", port, b"frame %d" % i, 2.0) == (200, b"")
     assert [body for _, body in server.requests] == [b"frame 0", b"frame 1", b"frame 2"]
     assert server.connections == 3

@@ -15,7 +15,8 @@ import random
 from mesh.engine import MeshEngine
 from mesh.events import BeaconPlaced, BeaconRemoved, CellStored, PeerDiscovered, SendFailed, SendFrame, Started
 from mesh.testing import make_engine
-from mesh.wire import MsgType, decode_envelope
+from mesh.errors import Reason
+from mesh.wire import MsgType, WireLimits, decode_envelope
 
 from .test_engine import ENERGY, Mesh, beacon, cell, near, unit
 
@@ -327,3 +328,39 @@ def test_the_sqlite_log_keeps_members_keys(tmp_path):
         assert SqliteDiffLog(db).keys() == [(member.node_id, member.public_key, b"new proof")]
     finally:
         db.close()
+
+
+def test_a_repair_cut_short_resumes_where_it_stopped_until_the_relay_has_given_everything():
+    """Replies carry at most ``max_diffs`` diffs: carol, cut off while alice stored 12 cells,
+    is repaired by bob (a holder; alice is gone by then) over four replies of three, each
+    resuming after the last diff the previous one carried."""
+    mesh = Mesh("alice", "bob", "carol", limits=WireLimits(max_diffs=3), repair_interval_ms=600_000)
+    topic = unit(12)
+    mesh.do("bob", BeaconPlaced(beacon(topic)))
+    mesh.do("carol", BeaconPlaced(beacon(topic, agent="reader2")))
+    mesh.settle(30_000)
+    mesh.net.partition(["alice", "bob"], ["carol"])
+    stored = [cell(near(topic, 0.95, seed=i), at=mesh.net.now) for i in range(12)]
+    for c in stored:
+        mesh.do("alice", CellStored(c))
+    wanted = {c.node_id for c in stored}
+    assert mesh.net.run_until(mesh.net.now + 30_000, lambda: wanted <= set(mesh["bob"].cells))
+    mesh.run(30_000)  # long enough for carol to count the others dead, and alice to give up on her
+    assert mesh["carol"].peer_states[mesh["bob"].node_id] == "dead"
+    assert not wanted & set(mesh["carol"].cells)
+    replies: list[int] = []
+    sealer = mesh.team.sealer()
+
+    def watch(host, effect) -> None:
+        if isinstance(effect, SendFrame) and host.address == "bob" and effect.address == "carol":
+            env = decode_envelope(sealer.open(effect.frame)[2], WireLimits(max_diffs=3))
+            if env.type is MsgType.REPAIR_REPLY and env.diffs:
+                replies.append(len(env.diffs))
+
+    mesh.net.on_effect = watch
+    mesh.net.partition(["alice"], ["bob", "carol"])  # the origin goes away as the others reconnect
+    got = mesh["carol"].cells
+    assert mesh.net.run_until(mesh.net.now + 60_000, lambda: wanted <= set(got)), f"{len(got)} of 12: {replies}"
+    assert replies == [3, 3, 3, 3]
+    assert {got[i].origin_node for i in wanted} == {mesh["alice"].node_id}
+    assert mesh["carol"].engine.counters.drops[Reason.DUPLICATE] == 0

@@ -7,12 +7,14 @@ import dataclasses
 import pytest
 
 from mesh.engine import MeshEngine
-from mesh.errors import Reason
-from mesh.events import BeaconPlaced, CellStored, FrameReceived, PeerDiscovered, SendFrame
+from mesh.errors import Reason, SealError
+from mesh.events import (
+    ApplyTombstone, BeaconPlaced, CellForgotten, CellStored, FrameReceived, PeerDiscovered, SendFrame,
+)  # fmt: skip
 from mesh.identity import NodeIdentity
 from mesh.team import Team
 from mesh.testing import make_engine
-from mesh.wire import Diff, Envelope, MsgType, encode_envelope, sign_diff
+from mesh.wire import Diff, Envelope, MsgType, TombstonePayload, encode_envelope, sign_diff
 
 from .test_engine import ENERGY, Mesh, beacon, cell, unit
 
@@ -61,7 +63,7 @@ def test_a_member_frame_is_accepted(team, bob):
 def test_another_team_can_neither_read_nor_inject(team, bob):
     outsiders = Team.create()
     mine = frame(team, MALLORY, diff_from(MALLORY))
-    with pytest.raises(Exception):
+    with pytest.raises(SealError):
         outsiders.sealer().open(mine)  # cannot read
     effects = deliver(bob, frame(outsiders, MALLORY, diff_from(MALLORY)))  # cannot inject
     assert stored(effects) == [] and bob.counters.drops == {Reason.DECRYPT_FAILED: 1}
@@ -147,3 +149,72 @@ def test_an_outsider_engine_never_joins_and_mesh_traffic_stays_unreadable():
     assert all(mesh["eve"].node_id not in {p.node_id for p in mesh[n].engine.peers} for n in ("alice", "bob"))
     assert not any(b"secret-cell" in f for f in sniffed)
     assert "secret-cell" in mesh["bob"].cells
+
+
+# -- forgetting: only a cell's origin may turn it into a tombstone ---------------------------
+
+
+ALICE = NodeIdentity.generate()
+
+
+def tombstone_from(who: NodeIdentity, cell_id: str, *, cell_origin: str | None, seq: int) -> Diff:
+    return diff_from(who, TombstonePayload(cell_id, "t", NOW, cell_origin, 1), seq=seq)
+
+
+def applied(effects) -> list[ApplyTombstone]:
+    return [e for e in effects if isinstance(e, ApplyTombstone)]
+
+
+def test_a_cells_origin_may_forget_it(team, bob):
+    alices = diff_from(ALICE, cell(unit(1), cid="alices-cell"))
+    assert len(stored(deliver(bob, frame(team, ALICE, alices)))) == 1
+    effects = deliver(bob, frame(team, ALICE, tombstone_from(ALICE, "alices-cell", cell_origin=ALICE.node_id, seq=2)),
+                      now=NOW + 20)  # fmt: skip
+    assert applied(effects) == [ApplyTombstone("alices-cell", "t", ALICE.node_id, NOW)]
+    assert not bob.counters.drops and bob.counters.diffs_accepted["tombstone"] == 1
+
+
+@pytest.mark.parametrize("named", ["the cell's origin", "itself", "nobody"])
+def test_another_member_cannot_forget_a_cell_it_did_not_originate(team, bob, named):
+    """Whatever origin mallory's tombstone names, bob holds the cell from alice: a drop."""
+    deliver(bob, frame(team, ALICE, diff_from(ALICE, cell(unit(1), cid="alices-cell"))))
+    cell_origin = {"the cell's origin": ALICE.node_id, "itself": MALLORY.node_id, "nobody": None}[named]
+    forged = tombstone_from(MALLORY, "alices-cell", cell_origin=cell_origin, seq=7)
+    effects = deliver(bob, frame(team, MALLORY, forged), now=NOW + 20)
+    assert applied(effects) == [] and bob.counters.drops == {Reason.NOT_ORIGIN: 1}
+    assert not bob.store.has(MALLORY.node_id, 7)  # not kept, so never served onward by repair
+    assert "tombstone" not in bob.counters.diffs_accepted
+
+
+def test_a_tombstone_for_a_cell_not_held_is_judged_by_the_origin_it_names(team, bob):
+    """Without the cell, the engine can only compare the signer with the origin the tombstone
+    names; one naming nobody passes here, and the node's facade checks its own row."""
+    naming_alice = tombstone_from(MALLORY, "unheld-cell", cell_origin=ALICE.node_id, seq=1)
+    assert applied(deliver(bob, frame(team, MALLORY, naming_alice))) == []
+    assert bob.counters.drops == {Reason.NOT_ORIGIN: 1}
+    naming_nobody = tombstone_from(MALLORY, "unheld-cell", cell_origin=None, seq=2)
+    effects = deliver(bob, frame(team, MALLORY, naming_nobody), now=NOW + 20)
+    assert applied(effects) == [ApplyTombstone("unheld-cell", "t", MALLORY.node_id, NOW)]
+
+
+def test_a_member_forgetting_anothers_cell_over_the_mesh_erases_nothing():
+    """carol holds alice's cell and forgets it through her own engine: the tombstone she
+    signs goes to alice and bob, and both drop it."""
+    mesh = Mesh("alice", "bob", "carol")
+    topic = unit(11)
+    mesh.do("bob", BeaconPlaced(beacon(topic)))
+    mesh.do("carol", BeaconPlaced(beacon(topic, agent="reader2")))
+    mesh.settle()
+    stored_cell = cell(topic, at=mesh.net.now)
+    mesh.do("alice", CellStored(stored_cell))
+    assert mesh.net.run_until(mesh.net.now + 5000, lambda: all(stored_cell.node_id in mesh[n].cells
+                                                               for n in ("bob", "carol")))  # fmt: skip
+    mesh.do("carol", CellForgotten(stored_cell.node_id, "t"))
+    for name in ("alice", "bob"):
+        drops = mesh[name].engine.counters.drops
+        assert mesh.net.run_until(mesh.net.now + 5000, lambda: drops[Reason.NOT_ORIGIN] == 1), (name, drops)
+    assert mesh["bob"].tombstones == {} and mesh["alice"].tombstones == {}
+    mesh.do("alice", CellForgotten(stored_cell.node_id, "t"))  # the origin itself: honoured everywhere
+    assert mesh.net.run_until(mesh.net.now + 5000, lambda: all(stored_cell.node_id in mesh[n].tombstones
+                                                               for n in ("bob", "carol")))  # fmt: skip
+    assert mesh["bob"].tombstones[stored_cell.node_id].origin_node == mesh["alice"].node_id

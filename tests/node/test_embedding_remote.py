@@ -204,13 +204,13 @@ def test_real_http_round_trip(ollama_server: str) -> None:
 
 
 def test_nothing_listening_is_unavailable_naming_the_url() -> None:
-    with socket.socket() as probe:  # a port that was free a moment ago, now closed
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    sleeps: list[float] = []
-    embedder = RemoteEmbedder("ollama", f"http://127.0.0.1:{port}", "m", timeout_seconds=5, sleep=sleeps.append)
-    with pytest.raises(Unavailable, match=f"http://127.0.0.1:{port}/api/embed.*ConnectError"):
-        embedder.embed(["x"])
+    with socket.socket() as held:  # bound by this test and never listening: refused, and nobody else's
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        sleeps: list[float] = []
+        embedder = RemoteEmbedder("ollama", f"http://127.0.0.1:{port}", "m", timeout_seconds=5, sleep=sleeps.append)
+        with pytest.raises(Unavailable, match=f"http://127.0.0.1:{port}/api/embed.*ConnectError"):
+            embedder.embed(["x"])
     assert sleeps == [0.5, 1.0]
 
 

@@ -9,6 +9,7 @@ again (another job of its commit failed) writes the same rows.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 
@@ -166,3 +167,69 @@ def test_log_rows_put_in_a_row_share_one_job_and_survive_a_rerun_of_their_commit
         assert [d.payload.address for d in reopened.control_diffs()] == ["127.0.0.1:10"]
     finally:
         db.close()
+
+
+# -- what the facade refuses from the mesh, and the provenance it keeps ---------------------
+
+
+async def test_a_cell_from_the_mesh_is_signed_and_one_stored_here_is_not(service, make_agent):
+    """``provenance.signed``: the copy carries its origin's signature, which the engine
+    verified on arrival. A cell stored on this node is not: its row keeps no signature (the
+    mesh signs its diff in the log when it goes out), and ``local`` says where it came from."""
+    reader, link, origin = await reader_and_link(service, make_agent)
+    remote = remote_cell(service, origin, 1, f"{TOPIC} from a teammate")
+    with trio.fail_after(10):
+        await link.apply_many([remote])
+        here = (await service.store(reader, content=f"{TOPIC} decided here", cell_type="Decision"))["node_id"]
+        got_remote = await service.get_cell(reader, node_id=remote.cell.node_id)
+        got_here = await service.get_cell(reader, node_id=here)
+    assert got_remote["provenance"] == {
+        "origin_node": origin.node_id, "source_agent": "their-agent", "hops": 1, "signed": True, "local": False,
+        "forgotten_by": None,
+    }  # fmt: skip
+    assert got_here["provenance"] == {
+        "origin_node": service.node_id, "source_agent": reader.agent_id, "hops": 0, "signed": False, "local": True,
+        "forgotten_by": None,
+    }  # fmt: skip
+
+
+async def test_a_cell_of_another_tenant_from_the_mesh_is_refused(service, make_agent):
+    reader, link, origin = await reader_and_link(service, make_agent)
+    foreign = [remote_cell(service, origin, seq, f"{TOPIC} {seq}") for seq in (1, 2)]
+    foreign = [dataclasses.replace(e, cell=dataclasses.replace(e.cell, tenant_id=str(uuid.uuid4()))) for e in foreign]
+    own = remote_cell(service, origin, 3, f"{TOPIC} 3")
+    with trio.fail_after(10):
+        await link.apply_many([foreign[0], own])  # a batch: the foreign cell alone is left out
+        await link.apply(foreign[1])  # one cell on its own
+    assert await inbox_ids(service, reader) == [own.cell.node_id]
+    assert link.status()["cells_received"] == 1
+    for effect in foreign:
+        assert service.db.query_one("SELECT 1 FROM cells WHERE node_id = ?", (effect.cell.node_id,)) is None
+
+
+async def test_only_a_cells_origin_may_forget_it_here(service, make_agent, clock):
+    """The facade's own guard behind the engine's: a tombstone whose signer is not the
+    origin of the row changes nothing; the origin's erases content and vector."""
+    reader, link, origin = await reader_and_link(service, make_agent)
+    remote = remote_cell(service, origin, 1, f"{TOPIC} a secret")
+    mallory = NodeIdentity.generate()
+    cell_id = remote.cell.node_id
+    with trio.fail_after(10):
+        await link.apply_many([remote])
+        assert await service.apply_tombstone(cell_id, mallory.node_id, clock.now) is False
+        await link.apply(ev.ApplyTombstone(cell_id, service.config.tenant_id, service.node_id, clock.now))
+        kept = await service.get_cell(reader, node_id=cell_id)
+        hits = await service.recall(reader, query=f"{TOPIC} a secret", k=5)
+    assert kept["content"] == f"{TOPIC} a secret" and kept["forgotten_at"] is None
+    assert cell_id in {hit["node_id"] for hit in hits["results"]}
+
+    forgotten_at = clock.now - 5_000
+    with trio.fail_after(10):
+        assert await service.apply_tombstone(cell_id, origin.node_id, forgotten_at) is True
+        gone = await service.get_cell(reader, node_id=cell_id)
+        hits = await service.recall(reader, query=f"{TOPIC} a secret", k=5)
+        assert await service.apply_tombstone(cell_id, origin.node_id, forgotten_at + 1) is False  # once only
+    assert (gone["content"], gone["forgotten_at"], gone["provenance"]["forgotten_by"]) == ("", forgotten_at, "their-agent")
+    assert cell_id not in {hit["node_id"] for hit in hits["results"]}
+    row = service.db.query_one("SELECT length(embedding), forgotten_at FROM cells WHERE node_id = ?", (cell_id,))
+    assert row == (0, forgotten_at)

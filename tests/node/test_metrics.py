@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mesh.team import Team
 from app.daemon import run_daemon
 from node.embedding import HashedEmbedder
+from node.errors import InvalidArgument
 from app.home import init_home, open_node
 from node.teams import adopt_team
 from tests.e2e_mesh.cluster import edit_config
@@ -66,7 +67,7 @@ async def test_a_store_and_a_recall_move_their_counters_and_histograms(service, 
 
 async def test_a_rejected_store_is_not_counted(service, make_agent) -> None:
     principal, _ = await make_agent()
-    with pytest.raises(Exception):
+    with pytest.raises(InvalidArgument):
         await service.store(principal, content="", cell_type="Decision")
     assert value(service.metrics.exposition().decode(), "hyphae_stores_total") == 0
 

@@ -124,9 +124,9 @@ async def test_remove_beacon(service, make_agent, clock):
     await rejected(service.remove_beacon(alice, beacon_id="b-1"), "invalid_argument", "beacon_id")
     assert len((await service.list_beacons(alice))["beacons"]) == 1  # bob's attempt removed nothing
 
-    with trio.fail_after(10):
+    with trio.fail_after(10), clock.frozen() as now:
         removed = await service.remove_beacon(alice, beacon_id=mine)
-    assert removed["beacon_id"] == mine and isinstance(removed["removed_at"], int)
+    assert removed == {"beacon_id": mine, "removed_at": now}
     assert (await service.list_beacons(alice))["beacons"] == []
     clock.advance(1000)
     with trio.fail_after(10):
@@ -138,7 +138,7 @@ async def test_remove_beacon(service, make_agent, clock):
 # -- local delivery ------------------------------------------------------------------------------------
 
 
-async def test_a_beacon_catches_what_others_store_never_your_own(service, make_agent):
+async def test_a_beacon_catches_what_others_store_never_your_own(service, make_agent, clock):
     alice, _ = await make_agent("alice")
     bob, _ = await make_agent("bob")
     carol, _ = await make_agent("carol")
@@ -147,10 +147,11 @@ async def test_a_beacon_catches_what_others_store_never_your_own(service, make_a
     await beacon(service, carol, "the office plants need water on fridays", threshold=0.5)
     assert cos(service, TOPIC, "the office plants need water on fridays") < 0.5
 
-    node_id = await store(
-        service, alice, "the postgres connection pool size is twenty", "Decision", salience=0.8,
-        source_ref={"kind": "file", "locator": "db.py:12"}, metadata={"pr": 9},
-    )
+    with clock.frozen() as stored_at:
+        node_id = await store(
+            service, alice, "the postgres connection pool size is twenty", "Decision", salience=0.8,
+            source_ref={"kind": "file", "locator": "db.py:12"}, metadata={"pr": 9},
+        )
     assert await caught(service, alice) == []  # alice's own beacon does not deliver alice's own cell
     assert await caught(service, carol) == []  # unrelated interest: nothing
     with trio.fail_after(10):
@@ -163,7 +164,7 @@ async def test_a_beacon_catches_what_others_store_never_your_own(service, make_a
     assert diff["beacon_id"] == bobs_beacon != alices_beacon
     assert diff["similarity"] == pytest.approx(cos(service, TOPIC, diff["content"]), abs=1e-5)
     assert diff["hops"] == 0 and diff["forgotten"] is False
-    assert isinstance(diff["received_at"], int)
+    assert diff["received_at"] == diff["created_at"] == stored_at  # delivered in the store's own commit
 
     # And the other way round: bob's store reaches alice, not bob.
     back = await store(service, bob, "the postgres connection pool size is forty")

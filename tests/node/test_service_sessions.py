@@ -30,11 +30,11 @@ async def test_a_session_opens_a_scene_and_ending_it_closes_both(service, make_a
     first = await store(service, alice, "refunds go back to the original card")
     second = await store(service, alice, "partial refunds need a reason code", "Constraint")
     clock.advance(5_000)
-    with trio.fail_after(10):
+    with trio.fail_after(10), clock.frozen() as now:
         ended = await service.end_session(alice, session_id=session["session_id"])
     assert ended["session_id"] == session["session_id"]
     assert ended["cell_count"] == 2
-    assert isinstance(ended["ended_at"], int)
+    assert ended["ended_at"] == now
 
     scene = await service.get_scene(alice, scene_id=session["scene_id"])
     assert scene["ended_at"] == ended["ended_at"]
@@ -143,7 +143,7 @@ async def test_list_scenes_rejects_bad_limits_and_cursors(service, make_agent):
 # -- consolidate_scene ---------------------------------------------------------------------------------
 
 
-async def test_consolidation_writes_one_l2_summary_most_energetic_first(service, make_agent):
+async def test_consolidation_writes_one_l2_summary_most_energetic_first(service, make_agent, clock):
     alice, _ = await make_agent()
     bob, _ = await make_agent()
     with trio.fail_after(10):
@@ -155,7 +155,8 @@ async def test_consolidation_writes_one_l2_summary_most_energetic_first(service,
     with trio.fail_after(10):
         await service.end_session(alice, session_id=session["session_id"])
         # Anyone who may read the scene may consolidate it.
-        result = await service.consolidate_scene(bob, scene_id=session["scene_id"])
+        with clock.frozen() as consolidated_at:
+            result = await service.consolidate_scene(bob, scene_id=session["scene_id"])
     assert result["scene_id"] == session["scene_id"]
     assert result["source_count"] == 4
     assert result["cell_count"] == 3  # the near-duplicate was merged, not repeated
@@ -183,7 +184,7 @@ async def test_consolidation_writes_one_l2_summary_most_energetic_first(service,
     assert [h["node_id"] for h in l2] == [result["node_id"]]
     assert result["node_id"] not in [h["node_id"] for h in l0]
     scene = await service.get_scene(alice, scene_id=session["scene_id"])
-    assert scene["consolidated_at"] is not None
+    assert scene["consolidated_at"] == consolidated_at
     assert scene["summary_node_id"] == result["node_id"]
     assert scene["cell_ids"] == [context, decision, twin, risk]
 

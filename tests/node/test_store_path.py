@@ -79,11 +79,12 @@ async def test_gathered_after_commit_work_runs_once_per_batch_without_rolled_bac
     futures = [db.submit(job(f"job{i}", fail=i in (0, 2))) for i in range(5)]
     release.set()
     with trio.fail_after(10):
-        for future in futures:
-            try:
-                await trio.to_thread.run_sync(future.result, 10)
-            except RuntimeError:
-                pass
+        for i, future in enumerate(futures):
+            if i in (0, 2):
+                with pytest.raises(RuntimeError, match=f"job{i} failed after writing"):
+                    await trio.to_thread.run_sync(future.result, 10)
+            else:
+                assert await trio.to_thread.run_sync(future.result, 10) == f"job{i}"
     assert calls == [["job1", "job3", "job4"]]  # once, with the survivors' items in job order
     assert order == ["gathered", "job1", "job3", "job4"]  # in the place of the first surviving item
 

@@ -22,7 +22,6 @@ import json
 import os
 import stat
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -32,7 +31,9 @@ from mesh.events import Started
 from mesh.identity import NodeIdentity
 from mesh.team import Team
 from mesh.testing import make_engine
-from tests.e2e_mesh.cluster import HYPHAE, Lab, team_of, wait_beacons_known, wait_connected, wait_until
+from tests.e2e_mesh.cluster import (
+    HYPHAE, Lab, team_of, wait_beacons_known, wait_connected, wait_frames_handled, wait_outbox_idle, wait_until,
+)  # fmt: skip
 from tests.mesh.test_engine import ENERGY
 from tests.mesh.test_security import NOW, deliver, diff_from, frame, stored
 
@@ -43,7 +44,6 @@ INTEREST = "pgvector storage backend database"
 def lab(tmp_path) -> Iterator[Lab]:
     with Lab(tmp_path) as running:  # every daemon stopped and reaped in teardown
         yield running
-QUIET_WAIT = 2.0  # s: a member gets a diff in tens of ms
 
 
 # -- in process ------------------------------------------------------------------------
@@ -140,7 +140,10 @@ def test_after_rotation_a_removed_node_can_neither_read_nor_inject(lab: Lab) -> 
     # -- M cannot inject: what it stores never reaches A
     rumour = "removed node rumour: drop the production database tonight"
     m.rest("POST", "/v1/cells", key_m, json={"content": rumour, "cell_type": "Decision"}, expect=201)
-    time.sleep(QUIET_WAIT)
+    # M has sent (or given up on) all it had for A, and A has handled every frame it took in:
+    # whatever of M's reached A was judged; nothing is still on its way.
+    wait_outbox_idle(m, 60.0)
+    wait_frames_handled(a)
     assert after not in _inbox_contents(m, key_m)
     assert rumour not in _inbox_contents(a, key_a)
     found = a.rest("POST", "/v1/search", key_a, json={"query": rumour, "k": 20})["results"]

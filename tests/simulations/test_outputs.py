@@ -21,7 +21,6 @@ def test_plots_are_skipped_cleanly_without_matplotlib(tmp_path, monkeypatch):
 
 
 def test_run_plots(tmp_path):
-    pytest.importorskip("matplotlib")
     result = run(RunConfig(nodes=5, stores=4, dim=16, drain_ms=2000))
     made = plots.plot_run(result, tmp_path)
     assert made and all(p.stat().st_size > 1000 for p in made)
