@@ -14,12 +14,12 @@ Three parts, each printed as a markdown table (and all of it as JSON with ``--js
    add``) and places their beacons there over REST (``POST /v1/beacons``, default threshold).
    Every author gets an agent key on the storing node, and the memories are stored there by their
    authors over REST (``POST /v1/cells``) in timestamp order. When the receiving node's inboxes have
-   stopped growing, each owner's inbox is read (``GET /v1/inbox``) and scored against the union of
-   the judgements of that owner's beacons: precision, recall, F1 per agent and their macro
-   average. The owner's *own* memories are left out on both sides: the judgements never list them,
-   and the product never delivers a cell to the agent that stored it (on this two-node set-up the
-   author's agent and the owner's agent are different keys, so such items are dropped when
-   scoring). Precision of an empty delivery counts as 0.
+   stopped growing for 4 s and the storing node's outbox to its peer is empty, each owner's inbox
+   is read (``GET /v1/inbox``) and scored against the union of the judgements of that owner's
+   beacons: precision, recall, F1 per agent and their macro average. The owner's *own* memories
+   are left out on both sides: the judgements never list them, and the product never delivers a
+   cell to the agent that stored it (on this two-node set-up the author's agent and the owner's
+   agent are different keys, so such items are dropped when scoring). Precision of an empty delivery counts as 0.
 2. **Recall questions** on the storing node, which holds every memory: ``POST /v1/recall`` (k=10)
    for each paraphrased question; hit@1, hit@5 and MRR@10 of its one target.
 3. **Offline, in-process** with the node's own embedder: the cosine between every beacon query and
@@ -324,7 +324,9 @@ def run_mesh(data: dict[str, Any], clock: Clock) -> dict[str, Any]:
         while True:
             clock.check("waiting for the mesh to go quiet")
             count = sum(len(read_inbox(receiving, k)) for k in owner_key.values())
-            if count != last:
+            peers = storing.rest("GET", "/v1/admin/peers", admin=True).get("peers", [])
+            busy = any(p.get("queue_depth") or p.get("inflight_batches") for p in peers)
+            if count != last or busy:
                 last, still_since = count, time.monotonic()
             elif time.monotonic() - still_since >= QUIET_SECONDS:
                 break
