@@ -23,7 +23,9 @@ class LayerMembers:
 
     def join(self, tx: Transaction, layer: str, rowid: int) -> int:
         """Add a cell to a layer; its member seq (falsy when it was a member already)."""
-        return tx.execute("INSERT OR IGNORE INTO layer_members (layer, cell_rowid) VALUES (?, ?)", (layer, rowid)).lastrowid
+        return tx.execute(
+            "INSERT OR IGNORE INTO layer_members (layer, cell_rowid) VALUES (?, ?)", (layer, rowid)
+        ).lastrowid
 
     def extent(self, layer: str) -> tuple[int, int]:
         """``(members, last seq)`` of a layer."""
