@@ -435,8 +435,9 @@ def profile_daemon(node: Node, out: Path, seconds: float, make_body, clients: in
 
 # Innermost package a sampled frame runs in -> what it is, in the order they are tried.
 _OWNERS = (
-    (("node/service.py", "node/layers.py", "node/index.py", "node/catalog.py", "node/principals.py",
-      "node/database.py"), "facade (service, index, auth, SQLite reads)"),
+    (("node/service.py", "node/agents.py", "node/sessions.py", "node/interests.py", "node/shaping.py",
+      "node/ingest.py", "node/reinforcement.py", "node/layers.py", "node/index.py", "node/catalog.py",
+      "node/principals.py", "node/store/"), "facade (service, index, auth, SQLite reads)"),
     (("mcp_bridge/dispatch.py", "mcp_bridge/tools.py", "mcp_bridge/schema.py", "mcp_bridge/jsonrpc.py", "json/"),
      "MCP dispatch + JSON"),
     (("mcp_bridge/http.py", "api/rest/", "app/daemon.py"), "MCP HTTP app + API router"),

@@ -73,7 +73,8 @@ class Interests:
         cell_types = v.check_cell_types(cell_types)
         project = v.check_project(project)
         min_salience = None if min_salience is None else v.check_unit_interval(min_salience, "min_salience")
-        ttl_seconds = None if ttl_seconds is None else v.check_int(ttl_seconds, "ttl_seconds", low=1, high=MAX_TTL_SECONDS)
+        if ttl_seconds is not None:
+            ttl_seconds = v.check_int(ttl_seconds, "ttl_seconds", low=1, high=MAX_TTL_SECONDS)
         if project is not None and not principal.may_read_project(project):
             raise Forbidden(f"this key may not read project {project!r}", field="project")
         vector = (await self._embed([query]))[0]

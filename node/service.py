@@ -454,7 +454,9 @@ class MemoryService:
         """One scene with the ids of its cells."""
         return await self.sessions.get_scene(principal, scene_id=scene_id)
 
-    async def list_scenes(self, principal: Principal, *, project: Any = None, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
+    async def list_scenes(
+        self, principal: Principal, *, project: Any = None, limit: Any = None, cursor: Any = None
+    ) -> dict[str, Any]:
         """Scenes in the principal's read scope, newest first, a page at a time."""
         return await self.sessions.list_scenes(principal, project=project, limit=limit, cursor=cursor)
 

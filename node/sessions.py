@@ -146,7 +146,9 @@ class Sessions:
         ids = self._store.cells.in_scene(scene["scene_id"])
         return {**scene, "cell_count": len(ids), "cell_ids": ids}
 
-    async def list_scenes(self, principal: Principal, *, project: Any = None, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
+    async def list_scenes(
+        self, principal: Principal, *, project: Any = None, limit: Any = None, cursor: Any = None
+    ) -> dict[str, Any]:
         """Scenes in the principal's read scope, newest first, a page at a time."""
         project = v.check_project(project)
         limit = v.check_int(limit, "limit", low=1, high=v.MAX_PAGE, default=v.DEFAULT_PAGE)

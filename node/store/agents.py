@@ -53,7 +53,8 @@ class AgentStore:
 
     def all(self) -> list[AgentRecord]:
         rows = self.db.query(
-            "SELECT agent_id, tenant_id, name, projects, created_at, revoked_at FROM principals ORDER BY created_at, name"
+            "SELECT agent_id, tenant_id, name, projects, created_at, revoked_at FROM principals "
+            "ORDER BY created_at, name"
         )
         return [AgentRecord(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5]) for r in rows]
 

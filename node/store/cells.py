@@ -21,11 +21,14 @@ if TYPE_CHECKING:
 
 __all__ = ["CellStore", "StoredCell"]
 
-_INSERT = (
-    "INSERT INTO cells (node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, energy0, "
-    "scene_id, session_id, project, source_ref, metadata, created_at, stored_at, layer, embedding, "
-    "embedding_space, hops, signature, forgotten_at, forgotten_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_WRITTEN = (
+    "node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, energy0, scene_id, session_id, "
+    "project, source_ref, metadata, created_at, stored_at, layer, embedding, embedding_space, hops, signature"
 )
+# Two statements, one row encoding: a live cell (every store) binds only the twenty columns it
+# has, forgotten_at and forgotten_by keeping their NULL defaults; a tombstone adds those two.
+_INSERT = f"INSERT INTO cells ({_WRITTEN}) VALUES ({','.join('?' * 20)})"
+_INSERT_TOMBSTONE = f"INSERT INTO cells ({_WRITTEN}, forgotten_at, forgotten_by) VALUES ({','.join('?' * 22)})"
 _COLUMNS = (
     "rowid, node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, energy0, "
     "scene_id, session_id, project, source_ref, metadata, created_at, layer, embedding_space, hops, "
@@ -84,19 +87,18 @@ class CellStore:
     def insert(self, tx: Transaction, cell: Cell, *, energy0: float, layer: str, stored_at: int) -> int:
         """Write ``cell`` as a new row; returns its rowid. A cell with ``forgotten_at`` set
         is written as a tombstone: no content, no vector, forgotten by its author."""
-        forgotten = cell.forgotten_at is not None
-        return tx.execute(
-            _INSERT,
-            (
-                cell.node_id, cell.tenant_id, cell.source_agent, cell.origin_node, "" if forgotten else cell.content,
-                cell.cell_type, cell.salience, energy0, cell.scene_id, cell.session_id, cell.project,
-                json.dumps(cell.source_ref) if cell.source_ref else None,
-                json.dumps(cell.metadata, separators=(",", ":")) if cell.metadata else "{}", cell.created_at,
-                stored_at, layer, b"" if forgotten else np.asarray(cell.embedding, dtype=np.float32).tobytes(),
-                cell.embedding_space, cell.hops, cell.signature, cell.forgotten_at,
-                cell.source_agent if forgotten else None,
-            ),
-        ).lastrowid  # fmt: skip
+        live = cell.forgotten_at is None
+        values = (
+            cell.node_id, cell.tenant_id, cell.source_agent, cell.origin_node, cell.content if live else "",
+            cell.cell_type, cell.salience, energy0, cell.scene_id, cell.session_id, cell.project,
+            json.dumps(cell.source_ref) if cell.source_ref else None,
+            json.dumps(cell.metadata, separators=(",", ":")) if cell.metadata else "{}", cell.created_at, stored_at,
+            layer, np.asarray(cell.embedding, dtype=np.float32).tobytes() if live else b"", cell.embedding_space,
+            cell.hops, cell.signature,
+        )  # fmt: skip
+        if live:
+            return tx.execute(_INSERT, values).lastrowid
+        return tx.execute(_INSERT_TOMBSTONE, (*values, cell.forgotten_at, cell.source_agent)).lastrowid
 
     def exists(self, node_id: str, tx: Transaction | None = None) -> bool:
         return self._conn(tx).execute("SELECT 1 FROM cells WHERE node_id = ?", (node_id,)).fetchone() is not None

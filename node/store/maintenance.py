@@ -54,7 +54,9 @@ class Reembedding:
             (space, limit),
         )
 
-    def replace(self, tx: Transaction, table: str, keys: Sequence[object], vectors: Sequence[np.ndarray], space: str) -> int:
+    def replace(
+        self, tx: Transaction, table: str, keys: Sequence[object], vectors: Sequence[np.ndarray], space: str
+    ) -> int:
         """Give each row its vector in ``space`` (rows moved there meanwhile are left alone);
         returns how many changed."""
         key = _VECTORS[table][0]

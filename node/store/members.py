@@ -22,8 +22,11 @@ class LayerMembers:
         self.db = db
 
     def join(self, tx: Transaction, layer: str, rowid: int) -> int:
-        """Add a cell to a layer; its member seq (falsy when it was a member already)."""
-        return tx.execute("INSERT OR IGNORE INTO layer_members (layer, cell_rowid) VALUES (?, ?)", (layer, rowid)).lastrowid
+        """Add a cell to a layer; its member seq. Only for a cell not in the layer yet: when the
+        insert is ignored, sqlite3 reports the connection's last rowid, not 0."""
+        return tx.execute(
+            "INSERT OR IGNORE INTO layer_members (layer, cell_rowid) VALUES (?, ?)", (layer, rowid)
+        ).lastrowid
 
     def extent(self, layer: str) -> tuple[int, int]:
         """``(members, last seq)`` of a layer."""

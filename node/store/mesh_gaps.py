@@ -33,7 +33,9 @@ class MeshGaps:
     def stored_not_logged(self, node_id: str, window_ms: int) -> list[str]:
         """Live cells of this node stored within ``window_ms`` before its last logged diff
         whose own diff is not in the log."""
-        row = self.db.query_one("SELECT MAX(ts) FROM (SELECT received_at AS ts FROM mesh_log WHERE origin = ?)", (node_id,))
+        row = self.db.query_one(
+            "SELECT MAX(ts) FROM (SELECT received_at AS ts FROM mesh_log WHERE origin = ?)", (node_id,)
+        )
         if not row or not row[0]:
             return []
         rows = self.db.query(

@@ -71,7 +71,9 @@ class SessionStore:
 
     def session(self, session_id: str) -> tuple[str, str, str] | None:
         """``(tenant_id, agent_id, scene_id)`` of a session."""
-        return self.db.query_one("SELECT tenant_id, agent_id, scene_id FROM sessions WHERE session_id = ?", (session_id,))
+        return self.db.query_one(
+            "SELECT tenant_id, agent_id, scene_id FROM sessions WHERE session_id = ?", (session_id,)
+        )
 
     def end(self, tx: Transaction, session_id: str, scene_id: str, ended_at: int) -> int | None:
         """Close a session and its scene at ``ended_at``; returns when it had ended already,
