@@ -136,7 +136,13 @@ async def run_daemon(
                 write_private(home / ADMIN_TOKEN_FILE, admin_token + "\n")
             except OSError as exc:
                 raise _startup_error(exc, home) from None
-            limits = HttpLimits(keep_alive_timeout=75, graceful_timeout=5, max_body_bytes=DRAIN_LIMIT)
+            # On loopback every client is the one address (32 agents and a dashboard in the load
+            # test): a limit per address would be a second max_connections. Served to the network
+            # (--allow-remote), one address may hold 64: a host's agents, two connections each.
+            limits = HttpLimits(
+                keep_alive_timeout=75, graceful_timeout=5, max_body_bytes=DRAIN_LIMIT,
+                max_connections_per_address=None if is_loopback_host(host) else 64,
+            )  # fmt: skip
             info = {
                 "pid": os.getpid(),
                 "api_url": api_url,

@@ -14,14 +14,23 @@ asks; ``send()`` frames through h11 (Content-Length or chunked, as the app's hea
 
 Timeouts cost no timer per read: a connection holds one ``deadline`` and one cancel scope,
 and one reaper task per server cancels the connections whose deadline has passed, every
-``reap_interval`` seconds. Each wait sets the deadline it needs:
+``reap_interval`` seconds (and counts ``http_timeout_<what it waited for>``). Each wait sets
+the deadline it needs; the totals are never extended, however steadily bytes trickle in:
 
     waiting for                              deadline
-    the first byte of a request              start of the wait + keep_alive_timeout
-    the rest of a request head               first byte + header_timeout (never extended: slowloris)
-    a chunk of a request body                start of the read + read_timeout
+    the first byte on a new connection       accept + first_byte_timeout
+    the first byte of a next request         start of the wait + keep_alive_timeout
+    the rest of a request head               first byte + header_timeout
+    a chunk of a request body                start of the read + read_timeout, and at most
+                                             the first body read + body_timeout
     the client to take a response write      start of the write + write_timeout
     the app                                  none
+
+Slots: a connection holds one of ``max_connections`` from accept to close. When none is
+free the server stops accepting (the kernel's backlog holds the clients). At accept,
+:class:`~.limits.Admission` closes at once a connection over the limit per client address,
+or one that would take a slot reserved for the addresses ``is_preferred()`` names (the mesh
+port: known members), counting ``http_refused_<reason>`` (see :mod:`.limits`).
 
 What the server answers itself: 400 (or h11's hint, e.g. 431) for a malformed head; 413 for
 a body larger than ``max_body_bytes`` (declared: before the app runs; streamed: ``receive()``
@@ -46,7 +55,6 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
@@ -54,6 +62,8 @@ from urllib.parse import unquote
 
 import h11
 import trio
+
+from .limits import Admission, HttpLimits, host_key
 
 __all__ = ["HttpLimits", "ClientDisconnected", "serve_http", "serve_asgi", "server_choice", "SERVER_ENV"]
 
@@ -69,23 +79,6 @@ _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _DISCONNECT = {"type": "http.disconnect"}
 _CLOSE = (b"connection", b"close")
 _INF = math.inf
-
-
-@dataclass(frozen=True)
-class HttpLimits:
-    """What one server allows; durations in seconds."""
-
-    keep_alive_timeout: float = 75.0  # longer than the clients' own keep-alive expiry
-    header_timeout: float = 10.0
-    read_timeout: float = 30.0
-    write_timeout: float = 30.0
-    graceful_timeout: float = 5.0
-    linger_timeout: float = 2.0
-    reap_interval: float = 1.0
-    max_connections: int = 512
-    max_header_bytes: int = 16 * 1024
-    max_body_bytes: int = 16 * 1024 * 1024  # our apps cap their own bodies lower; this is the backstop
-    backlog: int = 1024
 
 
 class ClientDisconnected(OSError):
@@ -106,10 +99,12 @@ def _date() -> bytes:
 
 
 class _Server:
-    def __init__(self, app: ASGIApp, limits: HttpLimits, local: tuple[str, int]) -> None:
+    def __init__(self, app: ASGIApp, limits: HttpLimits, local: tuple[str, int], admission: Admission) -> None:
         self.app = app
         self.limits = limits
         self.local = local
+        self.admission = admission
+        self.counters = admission.counters
         self.connections: set[_Connection] = set()
         self.slots = trio.Semaphore(limits.max_connections)
         self.closing = False
@@ -128,10 +123,17 @@ class _Server:
             except BaseException:
                 self.slots.release()
                 raise
-            nursery.start_soon(self.serve_connection, stream)
+            client = _peer(stream)
+            host = host_key(client[0]) if client else ""
+            if self.admission.admit(host) is not None:
+                self.slots.release()
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()  # at once: no answer, no read, no slot
+                continue
+            nursery.start_soon(self.serve_connection, stream, client, host)
 
-    async def serve_connection(self, stream: trio.SocketStream) -> None:
-        connection = _Connection(self, stream)
+    async def serve_connection(self, stream: trio.SocketStream, client: tuple[str, int] | None, host: str) -> None:
+        connection = _Connection(self, stream, client)
         self.connections.add(connection)
         try:
             with connection.cancel_scope:
@@ -144,6 +146,7 @@ class _Server:
             raise
         finally:
             self.connections.discard(connection)
+            self.admission.release(host)
             self.slots.release()
             with trio.CancelScope(shield=True):
                 await connection.close()
@@ -156,7 +159,8 @@ class _Server:
             await trio.sleep(self.limits.reap_interval)
             now = trio.current_time()
             for connection in self.connections:
-                if connection.deadline <= now:
+                if connection.deadline <= now and not connection.cancel_scope.cancel_called:
+                    self.counters[f"http_timeout_{connection.waiting_for}"] += 1
                     connection.cancel_scope.cancel()
 
     def close_idle(self) -> None:
@@ -172,25 +176,24 @@ class _Connection:
     """One client connection: the request loop, and the ASGI ``receive``/``send`` of its
     current request (state reset per request, the bound methods made once)."""
 
-    def __init__(self, server: _Server, stream: trio.SocketStream) -> None:
+    def __init__(self, server: _Server, stream: trio.SocketStream, client: tuple[str, int] | None) -> None:
         self.server = server
         self.limits = limits = server.limits
         self.stream = stream
+        self.client = client
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
         self.cancel_scope = trio.CancelScope()
         self.deadline = _INF
+        self.waiting_for = ""  # what, when ``deadline`` passes: first_byte, keep_alive, head, body, write
+        self.first_byte_deadline = trio.current_time() + limits.first_byte_timeout  # until a request arrives
         self.idle = False
         self.broken = False  # the socket failed or the peer closed: nothing more to read or write
-        try:
-            peer = stream.socket.getpeername()
-            self.client: tuple[str, int] | None = (peer[0], peer[1])
-        except (OSError, IndexError, TypeError):
-            self.client = None
         self.receive = self._receive
         self.send = self._send
         self._reset()
 
     def _reset(self) -> None:
+        self.body_deadline = _INF  # set by the first read of the body
         self.body_done = False
         self.body_read = 0
         self.body_too_large = False
@@ -218,6 +221,8 @@ class _Connection:
     async def _next_request(self) -> h11.Request | None:
         conn = self.h11
         head_deadline = None
+        if conn.trailing_data[0]:  # pipelined bytes: this request's head began with the last one's
+            head_deadline = trio.current_time() + self.limits.header_timeout
         try:
             while True:
                 event = conn.next_event()
@@ -226,13 +231,17 @@ class _Connection:
                         if self.server.closing:
                             return None
                         self.idle = True
-                        data = await self._read(trio.current_time() + self.limits.keep_alive_timeout)
+                        if self.first_byte_deadline is not None:
+                            data = await self._read(self.first_byte_deadline, "first_byte")
+                        else:
+                            data = await self._read(trio.current_time() + self.limits.keep_alive_timeout, "keep_alive")
                         self.idle = False
                         head_deadline = trio.current_time() + self.limits.header_timeout
                     else:
-                        data = await self._read(head_deadline)
+                        data = await self._read(head_deadline, "head")
                     conn.receive_data(data)
                 elif type(event) is h11.Request:
+                    self.first_byte_deadline = None  # from now on, idle waits are keep-alive ones
                     return event
                 else:  # ConnectionClosed (or PAUSED, which a fresh cycle never is)
                     return None
@@ -318,7 +327,7 @@ class _Connection:
                         break
                     if conn.they_are_waiting_for_100_continue:
                         await self._write(conn.send(h11.InformationalResponse(status_code=100, headers=())))
-                    conn.receive_data(await self._read(trio.current_time() + self.limits.read_timeout))
+                    conn.receive_data(await self._read_body())
                 else:
                     self.broken = True
                     return _DISCONNECT
@@ -431,7 +440,7 @@ class _Connection:
                 elif type(event) is h11.EndOfMessage:
                     return True
                 elif event is h11.NEED_DATA:
-                    conn.receive_data(await self._read(trio.current_time() + self.limits.read_timeout))
+                    conn.receive_data(await self._read_body())
                 else:
                     return False
         except h11.RemoteProtocolError:
@@ -439,9 +448,16 @@ class _Connection:
 
     # -- bytes ------------------------------------------------------------------------
 
-    async def _read(self, deadline: float) -> bytes:
+    async def _read_body(self) -> bytes:
+        """Body bytes: each read within read_timeout, all of them within body_timeout."""
+        now = trio.current_time()
+        if self.body_deadline == _INF:
+            self.body_deadline = now + self.limits.body_timeout
+        return await self._read(min(now + self.limits.read_timeout, self.body_deadline), "body")
+
+    async def _read(self, deadline: float, waiting_for: str) -> bytes:
         """Up to RECEIVE_SIZE bytes; b"" at EOF. The reaper ends the wait at ``deadline``."""
-        self.deadline = deadline
+        self.deadline, self.waiting_for = deadline, waiting_for
         try:
             data = await self.stream.receive_some(RECEIVE_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -453,7 +469,7 @@ class _Connection:
         return data
 
     async def _write(self, data: bytes) -> None:
-        self.deadline = trio.current_time() + self.limits.write_timeout
+        self.deadline, self.waiting_for = trio.current_time() + self.limits.write_timeout, "write"
         try:
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -482,6 +498,14 @@ class _Connection:
             await stream.aclose()
 
 
+def _peer(stream: trio.SocketStream) -> tuple[str, int] | None:
+    try:
+        peer = stream.socket.getpeername()
+        return (peer[0], peer[1])
+    except (OSError, IndexError, TypeError):
+        return None
+
+
 def _content_length(headers) -> int | None:
     for name, value in headers:
         if name == b"content-length":
@@ -491,15 +515,19 @@ def _content_length(headers) -> int | None:
 
 async def serve_http(
     app: ASGIApp, sock: socket.socket, *, shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
-    limits: HttpLimits = HttpLimits(), task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    limits: HttpLimits = HttpLimits(), is_preferred: Callable[[str], bool] | None = None,
+    counters: MutableMapping[str, int] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:  # fmt: skip
     """Serve ``app`` on the bound ``sock`` (which this takes over and closes) until cancelled,
     or until ``shutdown_trigger()`` returns: then shut down gracefully (module docstring).
-    Reports ``["http://host:port"]`` to ``task_status``."""
+    ``is_preferred(host)`` says whether a client may take ``limits.reserved_slots`` and pass
+    the limit per address; refusals and timeouts are counted in ``counters`` (e.g. a
+    ``collections.Counter``). Reports ``["http://host:port"]`` to ``task_status``."""
     sock.listen(limits.backlog)
     host, port = sock.getsockname()[:2]
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
-    server = _Server(app, limits, (host, port))
+    server = _Server(app, limits, (host, port), Admission(limits, is_preferred, counters))
     url_host = f"[{host}]" if ":" in host else host
     async with trio.open_nursery() as connections:
         connections.start_soon(server.reap)
@@ -535,13 +563,16 @@ def server_choice() -> str:
 
 async def serve_asgi(
     app: ASGIApp, sock: socket.socket, *, shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
-    limits: HttpLimits = HttpLimits(), task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    limits: HttpLimits = HttpLimits(), is_preferred: Callable[[str], bool] | None = None,
+    counters: MutableMapping[str, int] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:  # fmt: skip
     """:func:`serve_http`, or hypercorn's trio worker when :func:`server_choice` says so
     (same socket hand-over, same shutdown; hypercorn honours only the keep-alive and graceful
-    timeouts of ``limits``)."""
+    timeouts of ``limits``: no slot limits, no reserve, no counters)."""
     if server_choice() == "lean":
-        await serve_http(app, sock, shutdown_trigger=shutdown_trigger, limits=limits, task_status=task_status)
+        await serve_http(app, sock, shutdown_trigger=shutdown_trigger, limits=limits, is_preferred=is_preferred,
+                         counters=counters, task_status=task_status)  # fmt: skip
         return
     from hypercorn.config import Config
     from hypercorn.trio import serve

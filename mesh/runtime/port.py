@@ -7,12 +7,21 @@ is AEAD-sealed under the team key), so garbage is *accepted* here and counted as
 the engine, never answered with a 500. ``GET /mesh/v1/hello`` is public and carries no
 secret: the protocol version, the team id *hash* (as in the zeroconf TXT record) and the
 node id. Everything else is 404.
+
+Connection slots are what a stranger can take without the key, so the port is served with
+:data:`MESH_LIMITS`: a stranger's silent connection closes after 5 s, a frame must arrive
+whole within 30 s, one address holds at most 32 connections, and half the slots are kept
+for the hosts of the members the engine knows (:meth:`MeshApp.is_member_host`: learnt
+from authenticated frames only). Refusals and cut-offs count in ``runtime.counters``
+(``http_refused_per_address``, ``http_refused_no_slot``, ``http_timeout_<wait>``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,6 +38,13 @@ from .transport import FRAMES_TYPE, FRAMES_PATH, HELLO_PATH, PROTOCOL_VERSION, R
 __all__ = ["MeshApp", "make_mesh_app", "bind_mesh_socket", "serve_mesh"]
 
 log = logging.getLogger("hyphae.mesh.port")
+
+# A member holds a handful of connections to us (HttpTransport: 4 requests in flight, at
+# most 8 kept idle), so 32 per address leaves room for a few members behind one address
+# (NAT, several nodes on one host); a known member's host is not held to it anyway. Half
+# the slots are the members' reserve: strangers (joiners, discovery's hellos) keep 256.
+MESH_LIMITS = HttpLimits(first_byte_timeout=5.0, body_timeout=30.0, max_connections_per_address=32, reserved_slots=256)
+_MEMBER_HOSTS_TTL = 1.0  # seconds a snapshot of the members' hosts is reused
 
 
 class MeshApp:
@@ -47,6 +63,19 @@ class MeshApp:
         self._hello = json.dumps(
             {"protocol": PROTOCOL_VERSION, "team_hash": engine.config.team.id_hash, "node_id": engine.node_id}
         ).encode()
+        self._member_hosts: frozenset[str] = frozenset()
+        self._member_hosts_at = -math.inf
+
+    def is_member_host(self, host: str) -> bool:
+        """Whether ``host`` (a client's IP) is the host of a peer the engine knows, whatever its
+        state: peers are learnt from authenticated frames only. The server's ``is_preferred``:
+        asked only when a slot limit would refuse, and answered from a snapshot at most a
+        second old. A peer that advertises a host name is not recognised by its IP."""
+        now = trio.current_time()
+        if now - self._member_hosts_at >= _MEMBER_HOSTS_TTL:
+            self._member_hosts = frozenset(p.address.rpartition(":")[0].strip("[]") for p in self.runtime.engine.peers)
+            self._member_hosts_at = now
+        return host in self._member_hosts
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict]], send: Callable) -> None:
         if scope["type"] == "lifespan":
@@ -143,10 +172,14 @@ def bind_mesh_socket(host: str = "0.0.0.0", port: int = 0) -> socket.socket:
 
 async def serve_mesh(
     app: Any, sock: socket.socket, *, shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
-    graceful_timeout: float = 2.0, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    graceful_timeout: float = 2.0, limits: HttpLimits = MESH_LIMITS,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:  # fmt: skip
     """Serve ``app`` on ``sock`` until cancelled (or ``shutdown_trigger`` returns), with the
     server :func:`~web.server.serve_asgi` picks. The server takes ``sock`` over
-    and closes it when it stops: ``sock`` must not be used afterwards."""
-    limits = HttpLimits(graceful_timeout=graceful_timeout)
-    await serve_asgi(app, sock, shutdown_trigger=shutdown_trigger, limits=limits, task_status=task_status)
+    and closes it when it stops: ``sock`` must not be used afterwards. A :class:`MeshApp`
+    keeps the reserved slots for its members and counts refusals in its runtime's counters."""
+    limits = dataclasses.replace(limits, graceful_timeout=graceful_timeout)
+    is_preferred, counters = (app.is_member_host, app.runtime.counters) if isinstance(app, MeshApp) else (None, None)
+    await serve_asgi(app, sock, shutdown_trigger=shutdown_trigger, limits=limits, is_preferred=is_preferred,
+                     counters=counters, task_status=task_status)  # fmt: skip
