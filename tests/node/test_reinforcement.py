@@ -10,7 +10,7 @@ from __future__ import annotations
 import trio
 
 from node.embedding import HashedEmbedder
-from node.home import open_node
+from app.home import open_node
 from node.reinforcement import FakeScheduler, RecallReinforcement
 
 INTERVAL = 0.25
