@@ -5,7 +5,8 @@ and HTTP in production, :mod:`mesh.testing` and the simulator) only carry effect
 """
 
 from .config import EnergyParams, MeshConfig
-from .engine import Counters, MeshEngine
+from .diffs import BeaconPayload, CellPayload, DecodeCache, Diff, DiffKind, WireLimits
+from .engine import MeshEngine
 from .errors import JoinTokenError, LocalError, MeshError, Reason, RemoteError, SealError, WireError
 from .events import (
     ApplyRemoteBeacon, ApplyScene, ApplyTombstone, BeaconPlaced, BeaconRemoved, CellForgotten, CellStored,
@@ -16,8 +17,8 @@ from .identity import NodeIdentity, node_id_for
 from .membership import LIVENESS, Liveness, PeerState
 from .memory import DiffLog, MemoryDiffLog
 from .routing import BeaconIndex, FullView, RoutingPolicy
+from .state import Counters
 from .team import FrameSealer, Team
-from .diffs import BeaconPayload, CellPayload, DecodeCache, Diff, DiffKind, WireLimits
 
 __all__ = [
     "NodeIdentity", "node_id_for",

@@ -16,7 +16,8 @@ nodes it names, and a relay's onward copies may wait ``relay_hold_ms`` for such 
 for when no other copy comes (:mod:`mesh.lazy`: IHAVE, GRAFT, and prunes riding on acks).
 
 What a peer going dead leaves in its queue is owed to it (:class:`mesh.repair.Owed`) and
-offered again when it comes back. Every frame goes out through :meth:`NodeState.send`.
+offered again when it comes back. Every frame goes out through
+:meth:`~mesh.state.NodeState.send`.
 """
 
 from __future__ import annotations

@@ -45,7 +45,6 @@ _DIFF_FORMAT = 1
 _ORIGIN_BYTES = 16
 
 
-
 class DiffKind(enum.IntEnum):
     CELL = 1
     TOMBSTONE = 2
@@ -59,10 +58,10 @@ CONTROL_KINDS = frozenset({DiffKind.BEACON, DiffKind.UNBEACON, DiffKind.SCENE, D
 DATA_KINDS = frozenset({DiffKind.CELL, DiffKind.TOMBSTONE})
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class WireLimits:
+    """What a decoder holds its input to (a frame, and each diff in it)."""
+
     max_frame_bytes: int = 4 * 1024 * 1024
     max_diffs: int = 256
     max_content_bytes: int = 64 * 1024

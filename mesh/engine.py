@@ -102,14 +102,10 @@ class MeshEngine:
             raise ValueError("node id does not match the public key")
         self.node_id = node_id
         self.config = config
-        # The identity as given: a restarted engine (tests, the crash benchmark) is built from it.
-        self._sign = signer
-        self._verify = verifier or NodeIdentity.verify
-        self._sealer = sealer or config.team.sealer()
-        self._proof = config.team.membership_proof(public_key)
         self.state = state = NodeState(
-            node_id, config, store, energy, public_key=public_key, proof=self._proof, sign=signer,
-            verify=self._verify, sealer=self._sealer, rng=rng or random.Random(node_id),
+            node_id, config, store, energy, public_key=public_key, proof=config.team.membership_proof(public_key),
+            sign=signer, verify=verifier or NodeIdentity.verify, sealer=sealer or config.team.sealer(),
+            rng=rng or random.Random(node_id),
             # What decoding keeps between frames: our own, unless the process runs many
             # engines that share one (a simulator's part).
             decode_cache=DecodeCache() if decode_cache is None else decode_cache,
@@ -156,8 +152,14 @@ class MeshEngine:
     lazy = _shared("_data_plane.lazy")
     owed = _shared("_data_plane.owed")
     repair = _shared("_repair_plane.client")
-    _contacts = _shared("_overlay.invited")  # addresses told of, not yet heard from -> next try
-    _clock_offsets = _shared("_replay.offsets")  # sender -> its clock minus ours (ms), estimated
+    # ... and, for a test or a benchmark that rebuilds an engine or reads its frames, its identity
+    # as given, the addresses it was told of (-> next try) and its peers' clock offsets.
+    _sign = _shared("state.sign")
+    _verify = _shared("state.verify")
+    _sealer = _shared("state.sealer")
+    _proof = _shared("state.proof")
+    _contacts = _shared("_overlay.invited")
+    _clock_offsets = _shared("_replay.offsets")
 
     # -- the one entry point -----------------------------------------------------------
 

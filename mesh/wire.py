@@ -47,8 +47,6 @@ __all__ = [
 WIRE_VERSION = 1
 
 
-
-
 class MsgType(enum.IntEnum):
     # pushed data diffs; extra [batch_id], [batch_id, [acked batch_id...]], [..., prune] or
     # [..., prune, [[origin, seq]...]] (announcements riding, see IHAVE)

@@ -53,3 +53,22 @@ def test_no_core_module_holds_a_lock_at_module_level():
                 func = node.value.func
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                 assert name not in {"Lock", "RLock", "Condition", "Semaphore"}, f"{path.name}:{node.lineno}"
+
+
+def test_the_codec_keeps_nothing_between_calls_unless_handed_a_cache():
+    # Two decodings without a cache share no object; under one cache they share the diff's
+    # decoding; two caches (two owners: two engines, two simulator parts) share nothing.
+    from mesh.identity import NodeIdentity
+    from mesh.wire import DecodeCache, Envelope, MsgType, PeerPayload, decode_envelope, encode_envelope, sign_diff
+
+    me = NodeIdentity.generate()
+    diff = sign_diff(PeerPayload("n1"), origin=me.node_id, seq=1, ts=1, sign=me.sign)
+    frame = encode_envelope(Envelope(MsgType.GOSSIP, 1, "n1", {me.node_id: (me.public_key, bytes(32))}, (diff,)))
+
+    def payload(cache=None):
+        return decode_envelope(frame, cache=cache).diffs[0].payload
+
+    assert payload() == payload() and payload() is not payload()
+    ours, theirs = DecodeCache(), DecodeCache()
+    assert payload(ours) is payload(ours)
+    assert payload(theirs) is not payload(ours) and payload(theirs) == payload(ours)
