@@ -28,11 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import DiskFull, Unavailable
+from ..errors import ConfigError, DiskFull, Unavailable
 from ..waking import Waker, current_waker, wake_all
 from .schema import migrate
 
-__all__ = ["Database", "PendingWrite", "Transaction"]
+__all__ = ["Database", "PendingWrite", "Transaction", "damaged_database"]
 
 log = logging.getLogger("hyphae.database")
 T = TypeVar("T")
@@ -121,12 +121,18 @@ class Database:
         self.path = path
         self._window = group_commit_window
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = _connect(path)
+        try:
+            conn = _connect(path)
+        except sqlite3.DatabaseError as exc:
+            raise damaged_database(exc, path) or exc from None
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise Unavailable(f"{path}: SQLite refused WAL mode (got {mode})")
             migrate(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise damaged_database(exc, path) or exc from None
         except BaseException:
             conn.close()
             raise
@@ -309,6 +315,20 @@ class Database:
         for job, ok, value in outcomes:
             job.settle(ok, value)
         wake_all(job.waker for job in batch)
+
+
+def damaged_database(exc: BaseException, path: Path) -> ConfigError | None:
+    """A file that is no SQLite database, or a damaged one, as the one line a user can act
+    on (the CLI's exit 3); None for any other error."""
+    if isinstance(exc, sqlite3.DatabaseError) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _DAMAGED:
+        return ConfigError(
+            f"{path} is not a usable database ({exc}): restore it from a backup or a `hyphae export` file, or "
+            "move it away and run `hyphae init` to start an empty one"
+        )
+    return None
+
+
+_DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
 def _disk_full(exc: BaseException) -> bool:
