@@ -102,6 +102,8 @@ class InboundPort:
         if len(fresh) > 1:
             try:
                 return await self._db.write(ingest(fresh))
+            except Unavailable:
+                raise  # local (a full disk): no cell of it would fare better alone
             except Exception:
                 log.exception("ingesting a batch of %d remote cells failed; trying them one by one", len(fresh))
         stored: list[str] = []
