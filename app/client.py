@@ -20,6 +20,7 @@ from urllib.parse import urlencode, urlsplit
 from .daemon_file import ADMIN_TOKEN_FILE, read_daemon_file
 from node.errors import (
     Conflict,
+    DiskFull,
     Forbidden,
     HyphaeError,
     InvalidArgument,
@@ -33,7 +34,10 @@ from node.lock import DataDirLock
 __all__ = ["running_daemon", "ensure_daemon", "key_is_active", "DaemonClient", "SPAWN_LOG"]
 
 SPAWN_LOG = "daemon.log"
-_ERRORS = {cls.reason: cls for cls in (InvalidArgument, TooLarge, Unauthenticated, Forbidden, NotFound, Conflict, Unavailable)}
+_ERRORS = {
+    cls.reason: cls
+    for cls in (InvalidArgument, TooLarge, Unauthenticated, Forbidden, NotFound, Conflict, Unavailable, DiskFull)
+}
 
 
 def running_daemon(home: Path) -> dict[str, Any] | None:

@@ -32,11 +32,11 @@ from mcp_bridge import Dispatcher, make_mcp_app
 from mcp_bridge.local import SOCKET_NAME, bind_local_socket, serve_local_socket
 from node.config import load_config
 from node.errors import ConfigError, DiskFull, Unavailable
-from node.files import write_private
+from node.files import open_to_others, write_private
 from node.lock import DataDirLock
 from node.metrics import InstrumentedTools
 from node.service import MemoryService
-from node.teams import load_team
+from node.teams import TEAM_FILE, load_team
 from node.version import package_version
 from web.asgi import DRAIN_LIMIT, drain_unread_bodies
 from web.origins import is_loopback_host
@@ -108,6 +108,11 @@ async def run_daemon(
 ) -> None:
     """Serve the node in ``home`` until SIGINT/SIGTERM (or cancellation)."""
     config = load_config(home)
+    team = load_team(home)  # a damaged team.json is one line and exit 3, before anything starts
+    for path, mode in open_to_others([config.key_path, home / TEAM_FILE]):
+        log.warning("%s is readable by other users (mode %04o): anyone who can read it can act as this node "
+                    "(node.key) or read and inject the team's traffic (team.json); run `chmod 600 %s`",
+                    path, mode, path)  # fmt: skip
     host, port = parse_listen(api or config.api_listen)
     if not allow_remote and not is_loopback_host(host):
         raise ConfigError(
@@ -169,7 +174,6 @@ async def run_daemon(
                 await nursery.start(run_server)
                 if local_sock is not None:
                     await nursery.start(serve_local_socket, local_sock, dispatcher, service.authenticate)
-                team = load_team(home)
                 if team is not None:
                     mesh_host, mesh_port = parse_listen(mesh or config.mesh_listen)
                     mesh_sock = _bind(mesh_host, mesh_port)

@@ -5,7 +5,10 @@ on the runtime's queue. Inbound, the engine's effects become facade calls: a rem
 is ingested through the very path local cells take (storage, index, inbox delivery),
 with its provenance. At start the link replays this node's live beacons to the engine
 and repairs the one gap a crash can open: a write committed on one side of the
-cell/diff-log pair and not the other.
+cell/diff-log pair and not the other. Nothing in that repair may stop the node from
+starting: a logged cell that cannot be stored is quarantined (``node.store.quarantine``,
+shown by ``hyphae doctor``), and one the node cannot store *now* (a full disk) waits for
+the next start.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from mesh.wire import BeaconPayload, CellPayload
 
 from node import cells as v
 from node.delivery import Beacon
+from node.errors import HyphaeError
 from node.service import MemoryService
 
 __all__ = ["MeshLink"]
@@ -127,9 +131,17 @@ class MeshLink:
         """Advertise our beacons and close the gaps a crash can leave."""
         for beacon in self.service.live_local_beacons():
             self.beacon_placed(beacon)
-        # Remote cells whose diff was logged but whose ingest did not commit.
+        # Remote cells whose diff was logged but whose ingest did not commit (rows that no
+        # longer decode went to the quarantine on the way, and so do cells that fail alone).
         for diff in self.service.inbound.logged_cells_not_stored():
-            await self._store_remote(diff.payload, diff.origin, diff.hops, diff.signature)
+            try:
+                await self._store_remote(diff.payload, diff.origin, diff.hops, diff.signature)
+            except HyphaeError as exc:  # local (a full disk): the next start tries again
+                log.warning("could not store the cells logged before the last stop: %s; the next start tries again",
+                            exc.message)  # fmt: skip
+                break
+            except Exception:  # a bug of ours must not keep the node from starting either
+                log.exception("storing remote cell %s logged before the last stop failed", diff.payload.node_id)
         # Local cells stored just before a crash whose diff never reached the log.
         for cell_id in self.service.inbound.stored_cells_not_logged(RECONCILE_WINDOW_MS):
             self.cell_stored(self.service.cell_record(cell_id))

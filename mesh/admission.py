@@ -3,6 +3,8 @@
 Every frame is opened (AEAD, :mod:`mesh.team`), decoded strictly (:mod:`mesh.wire`), and
 checked for replay and clock skew against its sender's clock (:class:`ReplayWindow`); its
 sender must be a member we know or one whose key and proof ride in the frame and check out.
+A diff that does not decode (malformed, or a cell that breaks the cell rules) is one counted
+drop of its own, and its frame's other diffs go on (``drop``).
 Every diff is then checked for its timestamp, its origin's membership and its signature
 (:func:`admit_diff`). A rejection is a *drop reason* (:class:`mesh.errors.Reason`), which the
 engine counts in ``counters.drops``; nothing raises out of admission for bad input.
@@ -83,15 +85,22 @@ class ReplayWindow:
 
 def admit_frame(
     frame: bytes, now: int, *, self_id: str, sealer: Any, limits: WireLimits, cache: DecodeCache,
-    replay: ReplayWindow, keyring: Keyring, learn_key: KeyLearner,
+    replay: ReplayWindow, keyring: Keyring, learn_key: KeyLearner, drop: Callable[[str], None] | None = None,
 ) -> tuple[str, Envelope] | str:  # fmt: skip
     """``(sender_id, envelope)`` of a frame let in; else why not (a drop reason), or
-    :data:`OWN_FRAME` for one of our own."""
+    :data:`OWN_FRAME` for one of our own.
+
+    With ``drop`` (the engine's drop counter), a diff of the frame that does not decode is
+    counted there under its reason and left out, and the rest of the frame is judged as
+    usual (see :func:`mesh.wire.decode_envelope`); without it, such a diff refuses the frame."""
     try:
         sender_id, nonce, plaintext = sealer.open(frame)
-        env = decode_envelope(plaintext, limits, cache)
+        env = decode_envelope(plaintext, limits, cache, drop_bad_diffs=drop is not None)
     except MeshError as exc:
         return exc.reason
+    if env.rejected:
+        for reason in env.rejected:
+            drop(reason)  # type: ignore[misc]
     if sender_id == self_id:
         return OWN_FRAME
     reason = replay.admit(sender_id, env.sent_at, nonce, now)

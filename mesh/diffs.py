@@ -11,6 +11,13 @@ already sent the diff (:mod:`mesh.told`), sit outside the signature (the frame t
 carries them is :mod:`mesh.wire`'s). :func:`decode_signed` raises :class:`WireError`
 for any malformed input, never another exception type.
 
+A signature says who made a diff, not that it is sound: a member's cell must also obey
+the rules every local cell obeys (:mod:`mesh.cell_rules`: one of the nine types, content
+and metadata within their limits, metadata plain JSON, times and salience in range), and
+``seq``, ``hops`` and ``ttl`` must fit SQLite's signed 64-bit integers. A diff that breaks
+them is refused here (``invalid_cell``, ``content_too_large``, ``malformed``), before
+anything is logged, relayed or stored: a diff that decodes is one every node can keep.
+
 The codec keeps no state of its own. Whoever decodes many frames (an engine; a simulator's
 part, for its thousands of engines) may hand the decoders a :class:`DecodeCache` it owns, so
 that the same signed bytes are decoded once and the objects shared; without one, every
@@ -32,7 +39,8 @@ from typing import Any, Union
 import msgpack
 import numpy as np
 
-from .errors import Reason, WireError
+from . import cell_rules as rules
+from .errors import CellRuleError, Reason, WireError
 from .told import MAX_TOLD, TOLD_ID_BYTES
 
 __all__ = [
@@ -295,6 +303,16 @@ def _int(v: Any, what: str, optional: bool = False) -> Any:
     return v
 
 
+_INT63 = 2**63  # SQLite's integers are signed 64-bit: a seq, hops or ttl must fit one to be logged
+
+
+def _count(v: Any, what: str) -> int:
+    """A seq, hop count or ttl: an integer from 0 to 2^63 - 1."""
+    if v.__class__ is not int or not 0 <= v < _INT63:
+        raise _fail(f"{what}: expected an integer from 0 to 2^63 - 1")
+    return v
+
+
 def _float(v: Any, what: str, optional: bool = False) -> Any:
     if v is None and optional:
         return None
@@ -345,22 +363,21 @@ def _decode_body(kind: DiffKind, body: list, limits: WireLimits, signed_len: int
         metadata = _map(b[10], "metadata")
         if signed_len > limits.max_metadata_bytes and len(msgpack.packb(metadata)) > limits.max_metadata_bytes:
             raise _fail("metadata too large", Reason.CONTENT_TOO_LARGE)
-        salience = _float(b[5], "salience")
-        if not 0.0 <= salience <= 1.0:
-            raise _fail("salience outside [0, 1]")
-        source_ref = _map(b[9], "source_ref", optional=True)
-        return CellPayload(
+        payload = CellPayload(
             node_id=_str(b[0], "node_id", t), tenant_id=_str(b[1], "tenant_id", t),
             source_agent=_str(b[2], "source_agent", t), content=content, cell_type=_str(b[4], "cell_type", t),
-            salience=salience, created_at=_int(b[6], "created_at"), project=_str(b[7], "project", t, True),
-            scene_id=_str(b[8], "scene_id", t, True), source_ref=source_ref, metadata=metadata,
+            salience=_float(b[5], "salience"), created_at=_int(b[6], "created_at"),
+            project=_str(b[7], "project", t, True), scene_id=_str(b[8], "scene_id", t, True),
+            source_ref=_map(b[9], "source_ref", optional=True), metadata=metadata,
             embedding=_vector(b[11], limits), embedding_space=_str(b[12], "embedding_space", t),
         )  # fmt: skip
+        _check_cell_rules(payload)
+        return payload
     if kind is DiffKind.TOMBSTONE:
         b = _list(body, "tombstone", 5)
         return TombstonePayload(
-            _str(b[0], "cell_id", t), _str(b[1], "tenant_id", t), _int(b[2], "forgotten_at"),
-            _str(b[3], "cell_origin", t, True), _int(b[4], "cell_seq"),
+            _str(b[0], "cell_id", t), _str(b[1], "tenant_id", t), _count(b[2], "forgotten_at"),
+            _str(b[3], "cell_origin", t, True), _count(b[4], "cell_seq"),
         )  # fmt: skip
     if kind is DiffKind.BEACON:
         b = _list(body, "beacon", 12)
@@ -385,6 +402,21 @@ def _decode_body(kind: DiffKind, body: list, limits: WireLimits, signed_len: int
         return ScenePayload(_str(b[0], "scene_id", t), _str(b[1], "tenant_id", t), _map(b[2], "scene"))
     b = _list(body, "peer", 2)
     return PeerPayload(_str(b[0], "address", t), _str(b[1], "tenant_id", t))
+
+
+def _check_cell_rules(cell: CellPayload) -> None:
+    """The rules local input obeys (:mod:`mesh.cell_rules`), applied to a member's cell."""
+    try:
+        rules.check_content(cell.content)
+        rules.check_cell_type(cell.cell_type)
+        rules.check_unit_interval(cell.salience, "salience")
+        rules.check_time_ms(cell.created_at, "created_at")
+        if cell.project is not None:
+            rules.check_text(cell.project, "project")
+        rules.check_source_ref(cell.source_ref)
+        rules.metadata_json(cell.metadata)
+    except CellRuleError as exc:
+        raise WireError(exc.reason, f"cell {cell.node_id[:64]!r}: {exc.message}") from None
 
 
 # -- what decoding may keep --------------------------------------------------------------
@@ -488,12 +520,9 @@ def decode_signed(
             return last
         signature = first_signature if signature == first_signature else _bin(signature, "signature", 64)
         diff = Diff(
-            kind, origin, seq, ts, payload, first_signed, signature, _int(hops, "hops"), _int(ttl, "ttl"), told
+            kind, origin, seq, ts, payload, first_signed, signature, _count(hops, "hops"), _count(ttl, "ttl"), told
         )
-        if diff.hops < 0 or diff.ttl < 0:
-            raise _fail("seq, hops and ttl must be positive")
         known[8] = diff
-        return diff
         return diff
     try:
         header = msgpack.unpackb(signed, raw=False, strict_map_key=True, max_bin_len=limits.max_frame_bytes)
@@ -506,15 +535,15 @@ def decode_signed(
             raise _fail(f"unknown diff kind {kind_code!r}") from None
         payload = _decode_body(kind, body, limits, len(signed))
         diff = Diff(
-            kind, id_hex(_bin(origin, "origin")), _int(seq, "seq"), _int(ts, "ts"),
-            payload, signed, _bin(signature, "signature", 64), _int(hops, "hops"), _int(ttl, "ttl"), told,
+            kind, id_hex(_bin(origin, "origin")), _count(seq, "seq"), _int(ts, "ts"),
+            payload, signed, _bin(signature, "signature", 64), _count(hops, "hops"), _count(ttl, "ttl"), told,
         )  # fmt: skip
     except WireError:
         raise
     except Exception as exc:  # msgpack's many exception types, unpacking, decoding
         raise WireError(Reason.MALFORMED, f"undecodable diff: {type(exc).__name__}") from None
-    if diff.seq < 1 or diff.hops < 0 or diff.ttl < 0:
-        raise _fail("seq, hops and ttl must be positive")
+    if diff.seq < 1:
+        raise _fail("seq must be positive")
     if cache is not None and kind in cache.shareable and type(signed) is bytes:
         diffs = cache.diffs
         if len(diffs) >= _DIFFS_KEPT:

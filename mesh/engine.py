@@ -227,6 +227,7 @@ class MeshEngine:
         verdict = admit_frame(
             event.frame, state.now, self_id=self.node_id, sealer=state.sealer, limits=self.config.limits,
             cache=state.decode_cache, replay=self._replay, keyring=state.keyring, learn_key=state.learn_key,
+            drop=state.drop,
         )  # fmt: skip
         if verdict.__class__ is not tuple:
             if verdict is not OWN_FRAME:

@@ -7,16 +7,20 @@ never lets it escape ``handle``. Local errors are the operator's or the caller's
     MeshError                      whose fault
     ├── LocalError                 local: bad configuration, bad join token, bad call
     │   └── JoinTokenError         local: a join token that is not one of ours
-    └── RemoteError                remote: bytes from the network
-        ├── SealError              a frame that does not open (wrong team key, tampering)
-        └── WireError              a frame that opens but is malformed or too large
+    ├── RemoteError                remote: bytes from the network
+    │   ├── SealError              a frame that does not open (wrong team key, tampering)
+    │   └── WireError              a frame that opens but is malformed or too large
+    └── CellRuleError              the cell's maker: a field breaks the cell rules (mesh.cell_rules);
+                                   the decoder makes it a WireError, the node's facade its caller's error
 
 Every error carries ``reason``: one of the codes in :class:`Reason`.
 """
 
 from __future__ import annotations
 
-__all__ = ["Reason", "MeshError", "LocalError", "JoinTokenError", "RemoteError", "SealError", "WireError"]
+__all__ = [
+    "Reason", "MeshError", "LocalError", "JoinTokenError", "RemoteError", "SealError", "WireError", "CellRuleError",
+]  # fmt: skip
 
 
 class Reason:
@@ -29,6 +33,7 @@ class Reason:
     OVERSIZED = "oversized"  # frame larger than max_frame_bytes
     TOO_MANY_DIFFS = "too_many_diffs"  # batch beyond max_diffs
     CONTENT_TOO_LARGE = "content_too_large"  # content, metadata or vector beyond its limit
+    INVALID_CELL = "invalid_cell"  # a signed cell that breaks the cell rules (mesh.cell_rules): no node could store it
     REPLAY = "replay"  # a sealed frame seen before, or older than the replay window
     FUTURE = "future"  # a frame or diff stamped too far in the future
     # diffs
@@ -75,3 +80,15 @@ class SealError(RemoteError):
 
 class WireError(RemoteError):
     """A frame whose plaintext is malformed or exceeds a limit."""
+
+
+class CellRuleError(MeshError):
+    """A cell field that breaks the cell rules (:mod:`mesh.cell_rules`). ``field`` names it;
+    ``reason`` is ``content_too_large`` for a limit passed (``limit``, when there is one), else
+    ``invalid_cell``. Whose fault it is depends on who made the cell, so each boundary
+    translates it: the wire decoder into a :class:`WireError`, the node into its caller's error."""
+
+    def __init__(self, reason: str, message: str, *, field: str, limit: int | None = None) -> None:
+        super().__init__(reason, message)
+        self.field = field
+        self.limit = limit

@@ -94,6 +94,8 @@ class Envelope:
     more: bool = False  # REPAIR_REPLY
     ready: bool = True  # REPAIR_REPLY: false when the responder lacks the requester's beacons
     nonce: int = 0  # PING / PONG
+    # Decoded with drop_bad_diffs: the reason each diff left out was refused (see decode_envelope).
+    rejected: tuple[str, ...] = ()
 
 
 # A digest names every member (full view), in every gossip frame: its codec is a tight loop
@@ -175,20 +177,30 @@ def encode_envelope(env: Envelope) -> bytes:
     )
 
 
-def decode_envelope(data: bytes, limits: WireLimits = DEFAULT_LIMITS, cache: DecodeCache | None = None) -> Envelope:
+def decode_envelope(
+    data: bytes, limits: WireLimits = DEFAULT_LIMITS, cache: DecodeCache | None = None, *,
+    drop_bad_diffs: bool = False,
+) -> Envelope:  # fmt: skip
     """Decode and validate one envelope; any problem raises :class:`WireError`. ``cache``:
-    the caller's, if it decodes many (without one, this frame's decoding keeps nothing)."""
+    the caller's, if it decodes many (without one, this frame's decoding keeps nothing).
+
+    With ``drop_bad_diffs`` (the engine), a diff that does not decode is left out of
+    ``diffs`` and its reason put in ``rejected``, and the rest of the frame stands: one
+    member's unsound diff, relayed by an honest peer or in a repair reply, must not take
+    the others of its batch with it (nor stall a repair that would send it again and
+    again). The frame itself must still be sound: its diffs are decoded last, so a frame
+    that is malformed elsewhere is refused for that, with or without the flag."""
     if len(data) > limits.max_frame_bytes:
         raise _fail(f"frame of {len(data)} bytes", Reason.OVERSIZED)
     try:
-        return _decode_envelope(data, limits, DecodeCache() if cache is None else cache)
+        return _decode_envelope(data, limits, DecodeCache() if cache is None else cache, drop_bad_diffs)
     except WireError:
         raise
     except Exception as exc:
         raise WireError(Reason.MALFORMED, f"undecodable envelope: {type(exc).__name__}") from None
 
 
-def _decode_envelope(data: bytes, limits: WireLimits, cache: DecodeCache) -> Envelope:
+def _decode_envelope(data: bytes, limits: WireLimits, cache: DecodeCache, drop_bad_diffs: bool) -> Envelope:
     top = msgpack.unpackb(
         data, raw=False, strict_map_key=False, max_bin_len=limits.max_frame_bytes,
         max_str_len=limits.max_frame_bytes, max_array_len=max(limits.max_diffs, 64) * 4,
@@ -215,7 +227,6 @@ def _decode_envelope(data: bytes, limits: WireLimits, cache: DecodeCache) -> Env
                 continue
         pk, proof = _list(entry, "key entry", 2)
         keys[cache.hex_id(origin, "key origin")] = key_entry(_bin(pk, "public key", 32), _bin(proof, "proof", 32))
-    diffs = tuple(_decode_diff(d, limits, cache) for d in raw_diffs)
     fields: dict[str, Any] = {}
     extra = _list(extra, "extra")
     if mtype is MsgType.DATA:
@@ -251,9 +262,18 @@ def _decode_envelope(data: bytes, limits: WireLimits, cache: DecodeCache) -> Env
         fields.update(request_id=_int(r[0], "id"), upto=_int(r[1], "upto"), more=_bool(r[2]), ready=_bool(r[3]))
     else:
         fields["nonce"] = _int(_list(extra, "ping", 1)[0], "nonce")
-    return Envelope(
-        mtype, _int(sent_at, "sent_at"), _str(address, "sender_address", limits.max_text_chars), keys, diffs, **fields
-    )
+    sent_at, address = _int(sent_at, "sent_at"), _str(address, "sender_address", limits.max_text_chars)
+    if not drop_bad_diffs:
+        diffs = tuple(_decode_diff(d, limits, cache) for d in raw_diffs)
+        return Envelope(mtype, sent_at, address, keys, diffs, **fields)
+    kept: list[Diff] = []
+    rejected: list[str] = []
+    for raw in raw_diffs:
+        try:
+            kept.append(_decode_diff(raw, limits, cache))
+        except WireError as exc:
+            rejected.append(exc.reason)
+    return Envelope(mtype, sent_at, address, keys, tuple(kept), **fields, rejected=tuple(rejected))
 
 
 def _decode_diff(raw: Any, limits: WireLimits, cache: DecodeCache) -> Diff:

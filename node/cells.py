@@ -2,21 +2,28 @@
 
 Validation functions are pure and raise :class:`~node.errors.InvalidArgument` (or
 :class:`~node.errors.TooLarge`) naming the field, so every surface reports the same
-specific error and nothing is stored when any check fails.
+specific error and nothing is stored when any check fails. The rules on a cell's own
+fields (type, content, salience, source_ref, metadata, names, times) are the mesh's
+(:mod:`mesh.cell_rules`), translated here: the decoder applies the very same functions to
+every cell a member sends, so a remote cell is held to local input's rules.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import math
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from .energy import CELL_TYPES
+from mesh import cell_rules as rules
+from mesh.cell_rules import CELL_TYPES, MAX_CONTENT_BYTES, MAX_METADATA_BYTES
+from mesh.errors import CellRuleError, Reason
+
 from .errors import InvalidArgument, TooLarge
 
 __all__ = [
@@ -45,10 +52,9 @@ __all__ = [
     "parse_time_ms",
 ]
 
-MAX_CONTENT_BYTES = 64 * 1024
-MAX_METADATA_BYTES = 16 * 1024
+T = TypeVar("T")
+
 MAX_IDEMPOTENCY_KEY = 200
-MAX_NAME_CHARS = 200
 MAX_QUERY_BYTES = 8 * 1024
 MAX_PAGE = 500  # items in one page of a listing
 DEFAULT_PAGE = 50
@@ -80,36 +86,34 @@ class Cell:
     forgotten_at: int | None = None
 
 
-def utf8_size(value: str, field: str) -> int:
-    """Bytes as UTF-8; lone surrogates (not text) are refused, not crashed on."""
-    try:
-        return len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidArgument(f"'{field}' is not valid Unicode text (lone surrogate)", field=field) from None
+def _node_error(exc: CellRuleError) -> InvalidArgument:
+    """A broken cell rule as the caller's error, with the rule's own words."""
+    if exc.reason == Reason.CONTENT_TOO_LARGE:
+        details = {"limit": exc.limit} if exc.limit is not None else {}
+        return TooLarge(exc.message, field=exc.field, **details)
+    return InvalidArgument(exc.message, field=exc.field)
 
 
-def check_content(value: Any, field: str = "content") -> str:
-    if not isinstance(value, str):
-        raise InvalidArgument(f"'{field}' must be a string", field=field)
-    size = utf8_size(value, field)
-    if size == 0:
-        raise InvalidArgument(f"'{field}' must not be empty", field=field)
-    if size > MAX_CONTENT_BYTES:
-        raise TooLarge(
-            f"'{field}' is {size} bytes; the limit is {MAX_CONTENT_BYTES} bytes (64 KiB)",
-            field=field,
-            limit=MAX_CONTENT_BYTES,
-        )
-    return value
+def _translated(rule: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(rule)
+    def check(*args: Any, **kwargs: Any) -> T:
+        try:
+            return rule(*args, **kwargs)
+        except CellRuleError as exc:
+            raise _node_error(exc) from None
+
+    return check
 
 
-def check_cell_type(value: Any, field: str = "cell_type") -> str:
-    if value not in CELL_TYPES:
-        raise InvalidArgument(
-            f"'{field}' must be one of {', '.join(CELL_TYPES)} (exact spelling), not {value!r}",
-            field=field,
-        )
-    return value
+# The cell rules (mesh.cell_rules), raising the node's errors: the same checks the mesh's
+# decoder applies to every remote cell, so both refuse exactly the same cells.
+utf8_size = _translated(rules.utf8_size)
+check_content = _translated(rules.check_content)
+check_cell_type = _translated(rules.check_cell_type)
+check_unit_interval = _translated(rules.check_unit_interval)
+check_source_ref = _translated(rules.check_source_ref)
+check_text = _translated(rules.check_text)
+_metadata_json = _translated(rules.metadata_json)
 
 
 def check_cell_types(value: Any, field: str = "cell_types") -> tuple[str, ...] | None:
@@ -118,15 +122,6 @@ def check_cell_types(value: Any, field: str = "cell_types") -> tuple[str, ...] |
     if not isinstance(value, (list, tuple)) or not value:
         raise InvalidArgument(f"'{field}' must be a non-empty list of cell types", field=field)
     return tuple(dict.fromkeys(check_cell_type(v, field) for v in value))
-
-
-def check_unit_interval(value: Any, field: str) -> float:
-    """A number in [0, 1]; booleans and NaN are not numbers here."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise InvalidArgument(f"'{field}' must be a number between 0 and 1", field=field)
-    if not 0.0 <= value <= 1.0:
-        raise InvalidArgument(f"'{field}' must be between 0 and 1, not {value}", field=field)
-    return float(value)
 
 
 def check_salience(value: Any) -> float:
@@ -142,42 +137,9 @@ def check_uuid(value: Any, field: str) -> str:
         raise InvalidArgument(f"'{field}' is not a valid UUID: {value[:64]!r}", field=field) from None
 
 
-def check_source_ref(value: Any) -> dict[str, str] | None:
-    if value is None:
-        return None
-    field = "source_ref"
-    if not isinstance(value, dict) or set(value) != {"kind", "locator"}:
-        raise InvalidArgument(
-            "'source_ref' must be an object with exactly the string fields 'kind' and 'locator'",
-            field=field,
-        )
-    for key in ("kind", "locator"):
-        item = value[key]
-        if not isinstance(item, str) or not item:
-            raise InvalidArgument(f"'source_ref.{key}' must be a non-empty string", field=field)
-        utf8_size(item, "source_ref")
-        if len(item) > 2048:
-            raise TooLarge(f"'source_ref.{key}' is longer than 2048 characters", field=field)
-    return {"kind": value["kind"], "locator": value["locator"]}
-
-
 def check_metadata(value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidArgument("'metadata' must be a JSON object", field="metadata")
-    try:
-        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"'metadata' is not plain JSON: {exc}", field="metadata") from None
-    size = utf8_size(encoded, "metadata")
-    if size > MAX_METADATA_BYTES:
-        raise TooLarge(
-            f"'metadata' is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES} bytes (16 KiB)",
-            field="metadata",
-            limit=MAX_METADATA_BYTES,
-        )
-    return json.loads(encoded)
+    """Plain JSON of at most 16 KiB; returned as the copy JSON gives back."""
+    return json.loads(_metadata_json(value))
 
 
 def check_idempotency_key(value: Any) -> str | None:
@@ -191,15 +153,6 @@ def check_idempotency_key(value: Any) -> str | None:
             f"'idempotency_key' has {len(value)} characters; the limit is {MAX_IDEMPOTENCY_KEY}",
             field="idempotency_key",
         )
-    return value
-
-
-def check_text(value: Any, field: str, *, max_chars: int = MAX_NAME_CHARS) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidArgument(f"'{field}' must be a non-empty string", field=field)
-    if len(value) > max_chars:
-        raise TooLarge(f"'{field}' is longer than {max_chars} characters", field=field)
-    utf8_size(value, field)
     return value
 
 
@@ -224,7 +177,7 @@ def check_layer(value: Any) -> str:
     return value
 
 
-_MAX_MS = 2**63 - 1
+_time_ms = _translated(rules.check_time_ms)
 
 
 def parse_time_ms(value: Any, field: str) -> int:
@@ -232,11 +185,7 @@ def parse_time_ms(value: Any, field: str) -> int:
     if isinstance(value, bool):
         raise InvalidArgument(f"'{field}' must be milliseconds or an RFC 3339 time", field=field)
     if isinstance(value, int):
-        if value < 0:
-            raise InvalidArgument(f"'{field}' must not be negative", field=field)
-        if value > _MAX_MS:  # SQLite integers are 64-bit; a larger one would crash the query
-            raise InvalidArgument(f"'{field}' is too large to be milliseconds since the epoch", field=field)
-        return value
+        return _time_ms(int(value), field)
     if isinstance(value, str):
         text = value.strip()
         if text.endswith(("Z", "z")):

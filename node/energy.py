@@ -17,22 +17,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from mesh.cell_rules import CELL_TYPES  # the nine, spelt once, beside the rules every cell obeys
+
 __all__ = ["CELL_TYPES", "EnergyModel", "DEFAULT_ENERGY"]
 
 DAY_MS = 86_400_000
-
-# Exact spelling, as in seed 001.
-CELL_TYPES: tuple[str, ...] = (
-    "Decision",
-    "Constraint",
-    "Risk",
-    "Pattern",
-    "Lesson",
-    "Fact",
-    "Preference",
-    "Context",
-    "Task",
-)
 
 
 def _default_weights() -> dict[str, float]:

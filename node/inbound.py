@@ -22,10 +22,11 @@ from mesh.wire import Diff
 from . import cells as v
 from .delivery import Beacon, BeaconBook
 from .embedding import Embedder
-from .errors import NotFound
+from .errors import NotFound, Unavailable
 from .ingest import CellWrites
 from .layers import LayerSet
 from .store import Scene, Store, Transaction
+from .store.quarantine import OTHER_TENANT, STORE_FAILED, Quarantine
 
 __all__ = ["InboundPort"]
 
@@ -71,11 +72,18 @@ class InboundPort:
         again only when it needs that). If the job fails, each cell is tried alone, so one bad
         cell cannot hold back the others. Cells from another embedding space are embedded
         again from their content, so one index never mixes spaces.
+
+        A cell that cannot be stored for a reason of its own (another tenant's, or a write
+        that fails alone) is set aside in the quarantine with that reason, so it is never
+        tried again. A local failure (:class:`~node.errors.Unavailable`: a full disk, a
+        closed database) sets nothing aside: the cells stay to be tried at the next start,
+        and the first such error is raised once the others were tried.
         """
         fresh: list[v.Cell] = []
         for cell, again in zip(cells, re_embed):
             if cell.tenant_id != self.tenant_id:
                 log.warning("dropped a cell of another tenant (%s) from %s", cell.tenant_id, cell.origin_node)
+                await self._set_aside(cell, OTHER_TENANT, f"the cell is of tenant {cell.tenant_id[:64]!r}")
                 continue
             if again:
                 if self._store.cells.exists(cell.node_id):
@@ -91,19 +99,42 @@ class InboundPort:
 
             return job
 
-        if len(fresh) <= 1:
-            return await self._db.write(ingest(fresh)) if fresh else []
-        try:
-            return await self._db.write(ingest(fresh))
-        except Exception:
-            log.exception("ingesting a batch of %d remote cells failed; trying them one by one", len(fresh))
+        if len(fresh) > 1:
+            try:
+                return await self._db.write(ingest(fresh))
+            except Unavailable:
+                raise  # local (a full disk): no cell of it would fare better alone
+            except Exception:
+                log.exception("ingesting a batch of %d remote cells failed; trying them one by one", len(fresh))
         stored: list[str] = []
+        local_failure: Unavailable | None = None
         for cell in fresh:
             try:
                 stored.extend(await self._db.write(ingest([cell])))
-            except Exception:
+            except Unavailable as exc:
+                log.error("ingesting remote cell %s failed here: %s", cell.node_id, exc.message)
+                local_failure = local_failure or exc
+            except Exception as exc:
                 log.exception("ingesting remote cell %s failed", cell.node_id)
+                await self._set_aside(cell, STORE_FAILED, f"{type(exc).__name__}: {exc}")
+        if local_failure is not None:
+            raise local_failure
         return stored
+
+    async def _set_aside(self, cell: v.Cell, reason: str, detail: str) -> None:
+        """Put the logged diff of a remote cell that cannot be stored in the quarantine."""
+        origin, cell_id = cell.origin_node, cell.node_id
+        try:
+            marked = await self._db.write(lambda tx: Quarantine.mark_cell(tx, origin, cell_id, reason, detail))
+        except Exception:  # the quarantine is a record: failing to write it must not fail the batch
+            log.exception("could not quarantine remote cell %s", cell_id)
+            return
+        if marked:
+            log.warning("quarantined remote cell %s from %s: %s (%s)", cell_id, origin[:12], reason, detail)
+
+    def quarantined(self) -> int:
+        """How many diffs from the mesh are set aside, not stored (the metrics show it)."""
+        return self._store.quarantine.count()
 
     async def apply_tombstone(self, node_id: str, origin_node: str, forgotten_at: int) -> bool:
         """A cell forgotten by its author elsewhere becomes a tombstone here too."""

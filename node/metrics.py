@@ -182,6 +182,10 @@ class _NodeCollector:
         yield GaugeMetricFamily(
             "hyphae_embed_queue_depth", "Embedding requests waiting for a worker thread", value=depths["embed_queue"]
         )
+        yield GaugeMetricFamily(
+            "hyphae_mesh_quarantined", "Diffs from the mesh set aside instead of stored (`hyphae doctor` says why)",
+            value=service.inbound.quarantined(),
+        )  # fmt: skip
         status = service.mesh_status() if service.mesh_status is not None else {"enabled": False}
         yield GaugeMetricFamily("hyphae_mesh_enabled", "1 when this node runs the mesh", value=int(bool(status.get("enabled"))))
         if status.get("enabled"):

@@ -34,6 +34,7 @@ from .delivery import Beacon, BeaconBook
 from .embedding import Embedder, load_embedder
 from .embedding.worker import EmbeddingWorker
 from .errors import ConfigError, Forbidden, InvalidArgument, NotFound, Unauthenticated, Unavailable
+from .files import load_node_key
 from .ids import new_id
 from .inbound import InboundPort
 from .ingest import CellWrites
@@ -149,7 +150,7 @@ class MemoryService:
         scheduler: Scheduler | None = None,
     ) -> "MemoryService":
         """Open the data dir: database, embedder, indexes (caught up or rebuilt), beacons."""
-        identity = NodeIdentity.load(config.key_path)
+        identity = load_node_key(config.key_path)
         if embedder is None:
             try:
                 embedder = await trio.to_thread.run_sync(load_embedder, config.embedder)

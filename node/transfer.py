@@ -23,7 +23,8 @@ anything of it is written, so a bad line is reported (line number and reason) an
 skipped, never half-stored. Lines are written in batches, one transaction each; cells
 already known by id are skipped, so importing twice stores nothing new. After every
 batch a checkpoint (``imports/*.json`` in the data dir, keyed by the file's path, size
-and mtime) records how far it got: an interrupted import continues from there.
+and mtime) records how far it got: an interrupted import continues from there. A full
+disk stops it with :class:`~node.errors.DiskFull` (``disk_full``), saying so.
 
 Beacons are kept as records: they match for the agent that placed them, so they take
 effect on a node that has that agent (restoring a node's own export), from its next
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -46,7 +48,7 @@ import trio
 
 from . import cells as v
 from .delivery import Beacon
-from .errors import InvalidArgument
+from .errors import DiskFull, InvalidArgument
 from .service import MemoryService
 from .store import SCENE_FIELDS
 from .store.export import Snapshot
@@ -347,10 +349,16 @@ def _read_checkpoint(path: Path) -> dict[str, Any] | None:
 
 
 def _write_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    path.parent.mkdir(mode=0o700, exist_ok=True)
     temp = path.with_name(path.name + ".tmp")
-    temp.write_text(json.dumps(state))
-    os.replace(temp, path)
+    try:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        temp.write_text(json.dumps(state))
+        os.replace(temp, path)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise DiskFull(f"no space left for the import's checkpoint {path}") from None
+        raise
 
 
 def _lines(handle: BinaryIO, offset: int) -> Iterator[tuple[int, bytes | None]]:
@@ -418,6 +426,20 @@ async def import_file(
         if on_error is not None:
             on_error(line_no, reason)
 
+    try:
+        await _import_lines(service, path, state, report, checkpoint, tenant, space, dim, fail, progress, size)
+    except DiskFull:
+        raise DiskFull(
+            f"the disk holding the node's data is full: the import of {path} stopped ({report['stored']} new cells "
+            "stored, none half-stored); free some space and run the same import again: it resumes where it stopped"
+        ) from None
+    return report
+
+
+async def _import_lines(
+    service: MemoryService, path: Path, state: dict[str, Any], report: ImportReport, checkpoint: Path, tenant: str,
+    space: str, dim: int, fail: Callable[[int, str], None], progress: Progress | None, size: int,
+) -> None:  # fmt: skip
     cells: list[tuple[v.Cell, bool]] = []
     beacons: list[tuple[Beacon, int | None]] = []
 
@@ -444,7 +466,7 @@ async def import_file(
         if offset == 0:
             line_no, offset, header_ok = _header(handle, fail)
             if not header_ok:
-                return report
+                return
         pending = 0
         for offset, raw in _lines(handle, offset):
             line_no += 1
@@ -476,7 +498,6 @@ async def import_file(
         if progress is not None:
             progress(size, size)
     checkpoint.unlink(missing_ok=True)
-    return report
 
 
 def _replace_vector(cell: v.Cell, vector: np.ndarray, space: str) -> v.Cell:

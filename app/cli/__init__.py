@@ -27,7 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     args.home = resolve_home(args.home)
     try:
         setup_logging(verbose=args.verbose)  # HYPHAE_LOG_LEVEL, HYPHAE_LOG_FORMAT: see node/logs.py
-        return args.handler(args)
+        try:
+            return args.handler(args)
+        except BaseExceptionGroup as group:  # one error out of a task of the daemon's nursery
+            raise _alone(group) from None
     except CliError as exc:
         print(f"hyphae: {exc}", file=sys.stderr)
         return exc.code
@@ -48,3 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _alone(group: BaseExceptionGroup) -> BaseException:
+    """The one error a group holds, however deeply nested; the group itself when it holds more."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

@@ -28,11 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import DiskFull, Unavailable
+from ..errors import ConfigError, DiskFull, Unavailable
 from ..waking import Waker, current_waker, wake_all
 from .schema import migrate
 
-__all__ = ["Database", "PendingWrite", "Transaction"]
+__all__ = ["Database", "PendingWrite", "Transaction", "damaged_database"]
 
 log = logging.getLogger("hyphae.database")
 T = TypeVar("T")
@@ -121,12 +121,18 @@ class Database:
         self.path = path
         self._window = group_commit_window
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = _connect(path)
+        try:
+            conn = _connect(path)
+        except sqlite3.DatabaseError as exc:
+            raise damaged_database(exc, path) or exc from None
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise Unavailable(f"{path}: SQLite refused WAL mode (got {mode})")
             migrate(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise damaged_database(exc, path) or exc from None
         except BaseException:
             conn.close()
             raise
@@ -213,7 +219,8 @@ class Database:
         returns no transaction, and the batch is run again ``isolated``: each job under a
         SAVEPOINT, so a failing job is undone alone. Jobs are functions of the database,
         so running one twice is safe; their after-commit actions are only kept from the
-        run that commits.
+        run that commits. A failure after which SQLite has rolled the whole transaction
+        back itself (a full disk) is raised: the batch fails as a commit that failed.
         """
         conn = self._write_conn
         tx = Transaction(conn)
@@ -224,7 +231,8 @@ class Database:
                 try:
                     outcomes.append((job, True, job.fn(tx)))
                 except Exception:
-                    conn.execute("ROLLBACK")
+                    if conn.in_transaction:  # else SQLite has rolled it back already (see below)
+                        conn.execute("ROLLBACK")
                     return None, []
                 continue
             conn.execute("SAVEPOINT job")
@@ -232,10 +240,16 @@ class Database:
             try:
                 result = job.fn(tx)
             except Exception as exc:  # the job's own failure: undo it alone
+                if not conn.in_transaction:
+                    # SQLite rolled the whole transaction back itself (SQLITE_FULL, an I/O error):
+                    # every job of the batch is undone, so the batch fails as at its commit.
+                    if isinstance(exc, sqlite3.Error):
+                        raise
+                    raise sqlite3.OperationalError(f"the transaction was rolled back: {exc}") from exc
                 conn.execute("ROLLBACK TO job")
                 conn.execute("RELEASE job")
                 tx._undo(mark)
-                outcomes.append((job, False, exc))
+                outcomes.append((job, False, _job_error(exc, self.path)))
             else:
                 conn.execute("RELEASE job")
                 outcomes.append((job, True, result))
@@ -303,6 +317,31 @@ class Database:
         wake_all(job.waker for job in batch)
 
 
+def damaged_database(exc: BaseException, path: Path) -> ConfigError | None:
+    """A file that is no SQLite database, or a damaged one, as the one line a user can act
+    on (the CLI's exit 3); None for any other error."""
+    if isinstance(exc, sqlite3.DatabaseError) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _DAMAGED:
+        return ConfigError(
+            f"{path} is not a usable database ({exc}): restore it from a backup or a `hyphae export` file, or "
+            "move it away and run `hyphae init` to start an empty one"
+        )
+    return None
+
+
+_DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+
+
+def _job_error(exc: Exception, path: Path) -> Exception:
+    """What the caller of a job that failed alone is told: its own error, except a full disk
+    (a big job, an import's batch, spills to the WAL before the commit and meets it there),
+    which is named as at a commit."""
+    return _commit_error(exc, path) if _disk_full(exc) else exc
+
+
 def _commit_error(exc: sqlite3.Error, path: Path) -> Unavailable:
     """What the callers of a batch that could not commit are told.
 
@@ -310,7 +349,7 @@ def _commit_error(exc: sqlite3.Error, path: Path) -> Unavailable:
     user can act on, so it gets its own reason; the batch was rolled back and the
     database stays consistent, so freeing space is all it takes to write again.
     """
-    if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL:
+    if _disk_full(exc):
         log.error("the disk holding %s is full: writes are refused until space is freed", path)
         return DiskFull("the node's disk is full: nothing was stored; free some space and retry (reads still work)")
     return Unavailable(f"the database could not commit: {exc}")

@@ -9,6 +9,10 @@ not one per diff). Control diffs keep one row per key (origin, beacon/scene/peer
 newer one deletes the rows it supersedes, so restarts and re-announced beacons do not
 grow the log. Members' keys (verified by the engine before it hands them over) keep
 one row per origin.
+
+Every row read back is decoded by today's rules: one an older version logged and they now
+refuse goes to the quarantine (:mod:`node.store.quarantine`), is skipped, and still counts
+as held.
 """
 
 from __future__ import annotations
@@ -17,19 +21,22 @@ import functools
 import threading
 
 from mesh.control import control_key
-from mesh.wire import DATA_KINDS, CellPayload, Diff, DiffKind, decode_signed
+from mesh.wire import DATA_KINDS, CellPayload, Diff, DiffKind
 
 from .database import Database, Transaction
+from .quarantine import Quarantine
 
 __all__ = ["SqliteDiffLog"]
 
 
 class SqliteDiffLog:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, quarantine: Quarantine | None = None) -> None:
         self.db = db
+        self.quarantine = quarantine if quarantine is not None else Quarantine(db)
+        self._decode = self.quarantine.decode_logged
         self._held: set[tuple[str, int]] = set()
         self._max_seq: dict[str, int] = {}
-        for origin, seq in db.query("SELECT origin, seq FROM mesh_log"):
+        for origin, seq in [*db.query("SELECT origin, seq FROM mesh_log"), *self.quarantine.held()]:
             self._held.add((origin, seq))
             if seq > self._max_seq.get(origin, 0):
                 self._max_seq[origin] = seq
@@ -103,17 +110,19 @@ class SqliteDiffLog:
         if pending is not None:
             return pending
         row = self.db.query_one(
-            "SELECT signed, signature, hops, ttl FROM mesh_log WHERE cell_id = ? AND kind = ? ORDER BY lsn LIMIT 1",
+            "SELECT origin, seq, signed, signature, hops, ttl FROM mesh_log WHERE cell_id = ? AND kind = ? "
+            "ORDER BY lsn LIMIT 1",
             (cell_id, int(DiffKind.CELL)),
         )
-        return decode_signed(*row) if row else None
+        return self._decode(*row) if row else None
 
     def control_diffs(self) -> list[Diff]:
         """Every control diff in the log, in log order (read once, when the engine starts)."""
         rows = self.db.query(
-            "SELECT signed, signature, hops, ttl FROM mesh_log WHERE is_data = 0 ORDER BY lsn",
+            "SELECT origin, seq, signed, signature, hops, ttl FROM mesh_log WHERE is_data = 0 ORDER BY lsn",
         )
-        return [decode_signed(*row) for row in rows]
+        decoded = (self._decode(*row) for row in rows)
+        return [diff for diff in decoded if diff is not None]
 
     def put_key(self, origin: str, public_key: bytes, proof: bytes) -> None:
         row = (origin, public_key, proof)
@@ -128,9 +137,18 @@ class SqliteDiffLog:
                 self.db.query("SELECT origin, public_key, proof FROM mesh_keys")]  # fmt: skip
 
     def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
-        rows = self.db.query(
-            "SELECT lsn, received_at, signed, signature, hops, ttl FROM mesh_log "
-            "WHERE is_data = 1 AND lsn > ? ORDER BY lsn LIMIT ?",
-            (after, limit),
-        )
-        return [(lsn, received_at, decode_signed(*rest)) for lsn, received_at, *rest in rows]
+        out: list[tuple[int, int, Diff]] = []
+        while True:  # a row refused on the way is made up for: a short page means the log ended
+            wanted = limit - len(out)
+            rows = self.db.query(
+                "SELECT lsn, received_at, origin, seq, signed, signature, hops, ttl FROM mesh_log "
+                "WHERE is_data = 1 AND lsn > ? ORDER BY lsn LIMIT ?",
+                (after, wanted),
+            )
+            for lsn, received_at, *rest in rows:
+                diff = self._decode(*rest)
+                if diff is not None:
+                    out.append((lsn, received_at, diff))
+            if len(rows) < wanted or len(out) >= limit:
+                return out
+            after = rows[-1][0]

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from .database import Transaction
 
 __all__ = [
-    "Reembedding", "RE_EMBEDDED", "ReadError", "schema_version", "active_agents", "cells_by_space", "move_tenant",
+    "Reembedding", "RE_EMBEDDED", "ReadError", "schema_version", "active_agents", "cells_by_space", "quarantined",
+    "move_tenant",
 ]  # fmt: skip
 
 ReadError = sqlite3.Error
@@ -102,6 +103,21 @@ def cells_by_space(path: Path) -> list[tuple[str, int]]:
     try:
         return conn.execute(
             "SELECT embedding_space, COUNT(*) FROM cells WHERE forgotten_at IS NULL GROUP BY embedding_space"
+        ).fetchall()
+    finally:
+        conn.close()
+
+
+def quarantined(path: Path) -> list[tuple[str, int, str]]:
+    """Diffs from the mesh set aside (:mod:`node.store.quarantine`): ``(reason, count, newest
+    detail)`` per reason, most first; none from a database that predates the quarantine."""
+    conn = _read_only(path)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mesh_quarantine'").fetchone():
+            return []
+        return conn.execute(
+            "SELECT reason, COUNT(*), (SELECT detail FROM mesh_quarantine n WHERE n.reason = q.reason "
+            "ORDER BY quarantined_at DESC LIMIT 1) FROM mesh_quarantine q GROUP BY reason ORDER BY COUNT(*) DESC, reason"
         ).fetchall()
     finally:
         conn.close()

@@ -3,32 +3,38 @@
 A cell and its diff are written by separate jobs, so a crash can commit one and not the
 other. A node that starts again asks for both kinds of gap and closes them: a remote
 cell whose diff was logged is stored, a local cell whose diff was lost is announced.
+A logged cell in quarantine (:mod:`node.store.quarantine`) is no gap: it was set aside.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mesh.wire import Diff, DiffKind, decode_signed
+from mesh.wire import Diff, DiffKind
 
 if TYPE_CHECKING:
     from .database import Database
+    from .quarantine import Quarantine
 
 __all__ = ["MeshGaps"]
 
 
 class MeshGaps:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, quarantine: Quarantine) -> None:
         self.db = db
+        self.quarantine = quarantine
 
     def logged_not_stored(self, node_id: str) -> list[Diff]:
-        """Cell diffs from other origins in the log whose cell is not stored here."""
+        """Cell diffs from other origins in the log whose cell is neither stored here nor set
+        aside; a row that no longer decodes goes to the quarantine instead."""
         rows = self.db.query(
-            "SELECT l.signed, l.signature, l.hops, l.ttl FROM mesh_log l WHERE l.kind = ? AND l.origin != ? "
-            "AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.node_id = l.cell_id)",
+            "SELECT l.origin, l.seq, l.signed, l.signature, l.hops, l.ttl FROM mesh_log l WHERE l.kind = ? "
+            "AND l.origin != ? AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.node_id = l.cell_id) "
+            "AND NOT EXISTS (SELECT 1 FROM mesh_quarantine q WHERE q.origin = l.origin AND q.seq = l.seq)",
             (int(DiffKind.CELL), node_id),
         )
-        return [decode_signed(signed, signature, hops, ttl) for signed, signature, hops, ttl in rows]
+        decoded = (self.quarantine.decode_logged(*row) for row in rows)
+        return [diff for diff in decoded if diff is not None]
 
     def stored_not_logged(self, node_id: str, window_ms: int) -> list[str]:
         """Live cells of this node stored within ``window_ms`` before its last logged diff

@@ -158,6 +158,22 @@ MIGRATIONS: list[list[str]] = [
             proof      BLOB NOT NULL
         )""",
     ],
+    # v4: the quarantine (node.store.quarantine): diffs from the mesh set aside, each with why,
+    # rather than stored. Keyed as the log is; signed bytes kept for the rows moved out of it.
+    [
+        """CREATE TABLE mesh_quarantine (
+            origin         TEXT NOT NULL,
+            seq            INTEGER NOT NULL,
+            kind           INTEGER NOT NULL,
+            cell_id        TEXT,
+            reason         TEXT NOT NULL,
+            detail         TEXT NOT NULL,
+            quarantined_at INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
+            signed         BLOB,
+            signature      BLOB,
+            PRIMARY KEY (origin, seq)
+        )""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

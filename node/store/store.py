@@ -13,6 +13,7 @@ from .export import Snapshot
 from .maintenance import Reembedding
 from .members import LayerMembers
 from .mesh_gaps import MeshGaps
+from .quarantine import Quarantine
 from .sessions import SessionStore
 
 __all__ = ["Store", "create_database"]
@@ -32,7 +33,8 @@ class Store:
         self.beacons = BeaconStore(db)
         self.inbox = Inbox(db)
         self.sessions = SessionStore(db)
-        self.mesh_gaps = MeshGaps(db)
+        self.quarantine = Quarantine(db)
+        self.mesh_gaps = MeshGaps(db, self.quarantine)
         self.reembedding = Reembedding(db)
 
     @classmethod
@@ -46,7 +48,7 @@ class Store:
 
     def diff_log(self) -> SqliteDiffLog:
         """The mesh's diff log over this database (loads what it holds: call once per engine)."""
-        return SqliteDiffLog(self.db)
+        return SqliteDiffLog(self.db, self.quarantine)
 
     def snapshot(self) -> Snapshot:
         """A consistent read-only view for an export, on a connection of its own."""
