@@ -6,7 +6,7 @@ last run's list). It runs mutmut (``pip install -e '.[mutation]'``; the settings
 ``[tool.mutmut]`` in pyproject.toml: which files, which tests) on the functions below, not on
 whole modules: on a 2-core machine the whole of the six modules is some 6,900 mutants.
 
-    python benchmarks/mutation.py                 # the guard functions (about 1,000 mutants)
+    python benchmarks/mutation.py                 # the guard functions (about 900 mutants)
     python benchmarks/mutation.py --only repair   # the groups whose name contains "repair"
     python benchmarks/mutation.py --show          # with each survivor's diff
     python benchmarks/mutation.py --fresh         # forget earlier results (after changing tests)
@@ -47,11 +47,12 @@ GUARDS: dict[str, list[str]] = {
         f"node.service.x{SEP}MemoryService{SEP}{name}__mutmut_*"
         for name in ("_cell_in_scope", "forget", "apply_tombstone", "ingest_remote_many")
     ],
-    # the store's commit path: answered after COMMIT, durable settings on every connection
-    "commit path": [
-        "node.database.x__connect__mutmut_*", f"node.database.x{SEP}Database{SEP}_commit__mutmut_*",
-        f"node.database.x{SEP}Database{SEP}reader__mutmut_*",
-    ],
+    # the store's connections: durable settings on every one, one reader per thread. Database._commit
+    # is left out: nearly every test writes, and its mutants that stop the writer hang each test
+    # until its guard (about 3 min a mutant, over an hour for its 52 on 2 cores). Its two promises
+    # (no answer before COMMIT; synchronous=FULL) are pinned by tests/node/test_database.py, each
+    # seen to fail with the one-line change (RELIABILITY.md, "Blind spots").
+    "commit path": ["node.database.x__connect__mutmut_*", f"node.database.x{SEP}Database{SEP}reader__mutmut_*"],
 }
 
 
