@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from mesh.errors import Reason, WireError
 from mesh.haves import MAX_HAVE_BYTES, MAX_HAVE_ORIGINS, HaveSet
 from mesh.identity import NodeIdentity
+from mesh.told import MAX_TOLD, TOLD_ID_BYTES
 from mesh.wire import (
     BeaconPayload, CellPayload, DiffKind, Envelope, MsgType, PeerPayload, ScenePayload, TombstonePayload,
     UnbeaconPayload, WireLimits, encode_envelope, sign_diff,
@@ -221,3 +222,81 @@ def test_overlapping_sharing_contexts_share_until_the_last_one_ends():
     assert again().payload is shared.payload
     second.__exit__(None, None, None)
     assert again().payload is not shared.payload
+
+
+# -- decode_signed at its edges: the told list, the header, and a control diff decoded again ------
+
+TOLD = TOLD_ID_BYTES
+
+
+def _header(fmt=1, kind=int(DiffKind.PEER), seq=1, body=None) -> bytes:
+    return msgpack.packb([fmt, kind, bytes.fromhex(ME.node_id), seq, 1000, body or ["127.0.0.1:7979", ""]],
+                         use_bin_type=True)  # fmt: skip
+
+
+def test_a_diffs_told_list_is_kept_and_checked():
+    diff = signed(cell(node_id="told-cell"))
+    two = bytes(range(2 * TOLD))
+    assert decode_signed(diff.signed, diff.signature, 1, 2, told=two).told == two
+    assert decode_signed(diff.signed, diff.signature, 1, 2, told=bytes(MAX_TOLD * TOLD)).told == bytes(MAX_TOLD * TOLD)
+    for bad in (bytes(TOLD - 1), bytes(TOLD + 1), bytes((MAX_TOLD + 1) * TOLD), "x" * TOLD, [1, 2]):
+        with pytest.raises(WireError) as caught:
+            decode_signed(diff.signed, diff.signature, 1, 2, told=bad)
+        assert caught.value.reason == Reason.MALFORMED, bad
+
+
+@pytest.mark.parametrize("signed_bytes, hops, ttl, reason", [
+    (_header(fmt=2), 0, 0, Reason.BAD_VERSION),
+    (_header(seq=0), 0, 0, Reason.MALFORMED),
+    (_header(), -1, 0, Reason.MALFORMED),
+    (_header(), 0, -1, Reason.MALFORMED),
+    (_header(kind=int(DiffKind.SCENE), body=["s1", "t", {1: "an integer key"}]), 0, 0, Reason.MALFORMED),
+])  # fmt: skip
+def test_a_header_out_of_bounds_is_refused_with_its_reason(signed_bytes, hops, ttl, reason):
+    with pytest.raises(WireError) as caught:
+        decode_signed(signed_bytes, bytes(64), hops, ttl)
+    assert caught.value.reason == reason
+
+
+def test_a_control_diff_decoded_again_is_decoded_as_given_not_as_remembered():
+    """Control diffs (peer, beacon, unbeacon) are remembered by their signed bytes so repeated
+    gossip decodes once; the second decode still takes its own routing fields and signature,
+    checks them, and honours the limits it is given."""
+    diff = signed(BeaconPayload("b-cached", "t", "a", "which database", 0.4, embedding=VEC, embedding_space="space"))
+    first = decode_signed(diff.signed, diff.signature, 1, 2)
+    again = decode_signed(diff.signed, diff.signature, 1, 5, told=bytes(TOLD))
+    fields = ("kind", "origin", "seq", "ts", "payload", "signed", "signature")
+    assert [getattr(again, f) for f in fields] == [getattr(first, f) for f in fields]
+    assert (again.hops, again.ttl, again.told) == (1, 5, bytes(TOLD))
+    assert decode_signed(diff.signed, diff.signature, 1, 5, told=bytes(TOLD)) is again  # the last one, shared
+    assert decode_signed(diff.signed, diff.signature, 0, 0).hops == 0
+    flipped = bytes([diff.signature[0] ^ 1]) + diff.signature[1:]
+    assert decode_signed(diff.signed, flipped, 1, 5).signature == flipped  # never swapped for the good one
+    for hops, ttl, signature in ((-1, 0, diff.signature), (0, -1, diff.signature), (True, 5, diff.signature),
+                                 (1, 5, diff.signature[:10])):  # fmt: skip
+        with pytest.raises(WireError):
+            decode_signed(diff.signed, signature, hops, ttl)
+    with pytest.raises(WireError) as caught:  # the same bytes under stricter limits
+        decode_signed(diff.signed, diff.signature, 1, 2, WireLimits(max_text_chars=5))
+    assert caught.value.reason == Reason.MALFORMED
+
+
+def test_a_forged_signature_on_a_known_control_diff_is_refused_by_the_engine():
+    from mesh.events import FrameReceived, Started
+    from mesh.team import Team
+    from mesh.testing import make_engine
+    from node.energy import EnergyModel
+
+    team = Team.create()
+    bob = make_engine("bob", team, EnergyModel())
+    bob.handle(Started(), 1_780_000_000_000)
+    keys = {ME.node_id: (ME.public_key, team.membership_proof(ME.public_key))}
+    good = sign_diff(PeerPayload("127.0.0.1:7979"), origin=ME.node_id, seq=1, ts=1_780_000_000_000, sign=ME.sign)
+    forged = sign_diff(PeerPayload("127.0.0.1:6666"), origin=ME.node_id, seq=2, ts=1_780_000_000_000, sign=ME.sign)
+    decode_signed(forged.signed, forged.signature, 0, 0)  # known bytes, as after an earlier gossip round
+    forged = type(forged)(forged.kind, forged.origin, forged.seq, forged.ts, forged.payload, forged.signed,
+                          bytes(64), forged.hops, forged.ttl)  # fmt: skip
+    for nonce, diff in enumerate((good, forged), 1):
+        env = Envelope(MsgType.GOSSIP, 1_780_000_000_000, "127.0.0.1:7979", keys, (diff,))
+        bob.handle(FrameReceived("x", team.sealer().seal(ME.node_id, encode_envelope(env))), 1_780_000_000_000 + nonce)
+    assert dict(bob.counters.drops) == {Reason.BAD_SIGNATURE: 1}

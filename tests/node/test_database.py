@@ -134,13 +134,17 @@ def test_the_writer_and_every_reader_run_durable_settings(tmp_path: Path, opened
     db = Database(tmp_path / "hyphae.db")
     try:
         db.write_sync(lambda tx: tx.execute("CREATE TABLE probe (v INTEGER)"))
-        db.query("SELECT count(*) FROM probe")  # this thread's reader
-        threads = [threading.Thread(target=db.query, args=("SELECT count(*) FROM probe",)) for _ in range(3)]
+        def read_twice() -> None:
+            db.query("SELECT count(*) FROM probe")
+            db.query_one("SELECT count(*) FROM probe")
+
+        read_twice()  # this thread's reader
+        threads = [threading.Thread(target=read_twice) for _ in range(3)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(HANG_GUARD)
-        assert len(opened) == 5 and opened[0] is db._write_conn
+        assert len(opened) == 5 and opened[0] is db._write_conn  # one reader per thread, kept
         assert settings(db._write_conn) == WRITER
         for conn in opened[1:]:
             assert settings(conn) == READER

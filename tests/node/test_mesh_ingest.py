@@ -13,6 +13,7 @@ import dataclasses
 import threading
 import uuid
 
+import numpy as np
 import trio
 
 from mesh import events as ev
@@ -233,3 +234,68 @@ async def test_only_a_cells_origin_may_forget_it_here(service, make_agent, clock
     assert cell_id not in {hit["node_id"] for hit in hits["results"]}
     row = service.db.query_one("SELECT length(embedding), forgotten_at FROM cells WHERE node_id = ?", (cell_id,))
     assert row == (0, forgotten_at)
+
+
+class RecordingHooks:
+    """The facade's mesh hooks, kept as calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name: str):
+        return lambda *args: self.calls.append((name, *args))
+
+
+async def test_a_forget_is_handed_to_the_mesh_once_with_its_time(service, make_agent, clock):
+    alice, _ = await make_agent()
+    node_id = (await service.store(alice, content="a secret to forget", cell_type="Fact"))["node_id"]
+    service.mesh = hooks = RecordingHooks()
+    with trio.fail_after(10), clock.frozen() as now:
+        await service.forget(alice, node_id=node_id)
+    with trio.fail_after(10):
+        assert (await service.forget(alice, node_id=node_id))["forgotten_at"] == now  # again: nothing new
+    assert hooks.calls == [("cell_forgotten", node_id, alice.tenant_id, now)]
+
+
+async def test_a_cell_from_another_embedding_space_is_embedded_again_here_once(service, make_agent):
+    reader, link, origin = await reader_and_link(service, make_agent)
+    elsewhere = [remote_cell(service, origin, seq, f"{TOPIC} from elsewhere {seq}") for seq in (1, 2)]
+    elsewhere = [dataclasses.replace(e, cell=dataclasses.replace(e.cell, embedding_space="other-model/8",
+                                                                 embedding=np.ones(8, np.float32))) for e in elsewhere]  # fmt: skip
+    same = remote_cell(service, origin, 3, f"{TOPIC} in our space")
+    embedded: list[list[str]] = []
+    embed = service._embed
+
+    async def counting(texts):
+        embedded.append(list(texts))
+        return await embed(texts)
+
+    service._embed = counting
+    with trio.fail_after(10):
+        await link.apply_many([elsewhere[0]])
+        await link.apply_many([elsewhere[0], elsewhere[1], same])  # the first is known by now
+    assert embedded == [[elsewhere[0].cell.content], [elsewhere[1].cell.content]]  # a known cell is not embedded again
+    for effect in elsewhere:
+        record = service.cell_record(effect.cell.node_id)
+        assert record.embedding_space == service.embedder.space
+        np.testing.assert_array_equal(record.embedding, service.embedder.embed([effect.cell.content])[0])
+    assert sorted(await inbox_ids(service, reader)) == sorted(e.cell.node_id for e in (*elsewhere, same))
+
+
+async def test_a_bad_cell_in_a_batch_of_two_does_not_hold_back_the_other(service, make_agent):
+    reader, link, origin = await reader_and_link(service, make_agent)
+    good = remote_cell(service, origin, 1, f"{TOPIC} good")
+    bad = remote_cell(service, origin, 2, f"{TOPIC} bad", metadata={"not json": {1, 2}})
+    with trio.fail_after(10):
+        await link.apply_many([bad, good])
+    assert await inbox_ids(service, reader) == [good.cell.node_id]
+
+
+async def test_a_batch_with_nothing_to_store_costs_no_write(service, make_agent):
+    reader, link, origin = await reader_and_link(service, make_agent)
+    foreign = remote_cell(service, origin, 1, f"{TOPIC} elsewhere")
+    foreign = dataclasses.replace(foreign, cell=dataclasses.replace(foreign.cell, tenant_id="another-tenant"))
+    jobs = service.db.jobs
+    with trio.fail_after(10):
+        await link.apply_many([foreign])
+    assert service.db.jobs == jobs and await inbox_ids(service, reader) == []
