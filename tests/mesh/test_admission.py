@@ -123,7 +123,7 @@ def test_a_sealed_frame_is_refused_again_for_the_whole_window_and_its_nonce_then
     assert heard(bob, other.frame(NOW + 61_000), NOW + 61_000)  # another frame tidies the nonces
     assert not heard(bob, first, NOW + 62_000)  # still remembered: a replay
     assert heard(bob, other.frame(NOW + AGE + FUTURE + 1), NOW + AGE + FUTURE + 1)  # the first nonce expires
-    assert len(bob._nonces) == 2  # the two frames of `other` are what remains
+    assert len(bob._replay._nonces) == 2  # the two frames of `other` are what remains
     assert not heard(bob, first, NOW + AGE + FUTURE + 2)  # forgotten, yet refused: too old by now
     assert bob.counters.drops[Reason.REPLAY] == 2
 

@@ -264,13 +264,13 @@ async def test_a_cell_from_another_embedding_space_is_embedded_again_here_once(s
                                                                  embedding=np.ones(8, np.float32))) for e in elsewhere]  # fmt: skip
     same = remote_cell(service, origin, 3, f"{TOPIC} in our space")
     embedded: list[list[str]] = []
-    embed = service._embed
+    embed = service.inbound._embed
 
     async def counting(texts):
         embedded.append(list(texts))
         return await embed(texts)
 
-    service._embed = counting
+    service.inbound._embed = counting
     with trio.fail_after(10):
         await link.apply_many([elsewhere[0]])
         await link.apply_many([elsewhere[0], elsewhere[1], same])  # the first is known by now
@@ -291,11 +291,14 @@ async def test_a_bad_cell_in_a_batch_of_two_does_not_hold_back_the_other(service
     assert await inbox_ids(service, reader) == [good.cell.node_id]
 
 
-async def test_a_batch_with_nothing_to_store_costs_no_write(service, make_agent):
+async def test_a_batch_with_nothing_to_store_writes_only_its_quarantine_row(service, make_agent):
+    """Another tenant's cell is never stored: the one write is the attempt to set its logged
+    diff aside (here there is none in the log, so nothing is marked), never a cell write."""
     reader, link, origin = await reader_and_link(service, make_agent)
     foreign = remote_cell(service, origin, 1, f"{TOPIC} elsewhere")
     foreign = dataclasses.replace(foreign, cell=dataclasses.replace(foreign.cell, tenant_id="another-tenant"))
     jobs = service.db.jobs
     with trio.fail_after(10):
         await link.apply_many([foreign])
-    assert service.db.jobs == jobs and await inbox_ids(service, reader) == []
+    assert service.db.jobs == jobs + 1 and await inbox_ids(service, reader) == []
+    assert service.db.query("SELECT 1 FROM cells WHERE node_id = ?", (foreign.cell.node_id,)) == []
