@@ -26,11 +26,15 @@ class Reason:
     DECRYPT_FAILED = "decrypt_failed"  # AEAD did not open: wrong team key or tampered bytes
     MALFORMED = "malformed"  # not the shape the wire format requires
     BAD_VERSION = "bad_version"  # a wire version we do not speak
+    OLD_VERSION = "old_version"  # a frame of an older protocol (its sender needs upgrading)
     OVERSIZED = "oversized"  # frame larger than max_frame_bytes
     TOO_MANY_DIFFS = "too_many_diffs"  # batch beyond max_diffs
     CONTENT_TOO_LARGE = "content_too_large"  # content, metadata or vector beyond its limit
     REPLAY = "replay"  # a sealed frame seen before, or older than the replay window
     FUTURE = "future"  # a frame or diff stamped too far in the future
+    # a frame its sender's own key does not vouch for: no sender tag, or one that does not check
+    # out (a member sealing in another's name; a frame sent to whoever held the address before)
+    BAD_FRAME_AUTH = "bad_frame_auth"
     # diffs
     NOT_MEMBER = "not_member"  # origin without a valid membership proof, or id != hash(key)
     UNKNOWN_ORIGIN = "unknown_origin"  # no public key known for the origin

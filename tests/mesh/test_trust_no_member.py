@@ -1,0 +1,68 @@
+"""Issue "Trust no member": a member (or a member's compromised machine) holds the team key.
+
+Each story below is one of the issue's bugs, told the way it was found: an insider ``mallory``
+beside honest ``alice`` and ``bob``, on the virtual network. The insider uses nothing but what
+a member has: the team key, its own node key, and its own engine's signing of diffs.
+"""
+
+from __future__ import annotations
+
+from mesh.admission import ReplayWindow
+from mesh.errors import Reason
+from mesh.events import BeaconPlaced, CellStored, FrameReceived
+from mesh.wire import Envelope, MsgType, encode_envelope
+
+from .test_engine import Mesh, beacon, cell, near, unit
+
+MINUTE = 60_000
+
+
+def insider_mesh() -> Mesh:
+    mesh = Mesh("alice", "bob", "mallory")
+    mesh.settle()
+    return mesh
+
+
+# -- bug 2: a frame's sender id was protected by the team key alone ---------------------------
+
+
+def test_a_forged_ping_in_anothers_name_does_not_cut_that_member_off():
+    """One PING "from bob", sealed by mallory with the team key and stamped 9.5 minutes
+    ahead, used to move alice's estimate of bob's clock so far that every real frame of bob's
+    was a ``replay``: 0 of 10 cells delivered in 60 s while alice showed bob alive."""
+    mesh = insider_mesh()
+    alice, bob = mesh["alice"].engine, mesh["bob"].engine
+    topic = unit(21)
+    mesh.do("alice", BeaconPlaced(beacon(topic)))
+    mesh.settle()
+    env = Envelope(MsgType.PING, mesh.net.now + 9 * MINUTE + 30_000, "bob", {bob.node_id: (bob.public_key, bob._proof)},
+                   nonce=7)  # fmt: skip
+    forged = mesh.team.sealer().seal(bob.node_id, encode_envelope(env))  # the team key is all it takes
+    mesh.net.inject("alice", FrameReceived("mallory", forged))
+    cells = [cell(near(topic, 0.95, seed=i)) for i in range(10)]
+    for stored in cells:
+        mesh.do("bob", CellStored(stored))
+        mesh.run(1000)
+    mesh.run(50_000)
+    delivered = sum(c.node_id in mesh["alice"].cells for c in cells)
+    assert delivered == 10, (delivered, dict(alice.counters.drops))
+    assert alice.counters.drops[Reason.REPLAY] == 0
+
+
+def test_one_wild_clock_sample_moves_a_senders_offset_estimate_by_a_bounded_step():
+    """Even from the sender itself (a clock that jumps, a frame replayed across the window):
+    the estimate is the median of the last samples, moved a bounded step per frame."""
+    window = ReplayWindow(max_clock_skew_ms=10 * MINUTE, max_future_skew_ms=MINUTE, frame_max_age_ms=2 * MINUTE)
+    now, nonces = 1_000_000_000, iter(range(1, 1000))
+
+    def frame(offset: int) -> str | None:
+        return window.admit("bob", now + offset, next(nonces).to_bytes(12, "big"), now)
+
+    for _ in range(8):
+        assert frame(-20) is None
+        now += 1000
+    assert frame(9 * MINUTE + 30_000) is None  # within the +-10 min bound: taken, but ...
+    assert abs(window.offsets["bob"]) <= 10_000  # ... it does not become bob's clock
+    for _ in range(10):
+        now += 1000
+        assert frame(-20) is None  # bob's ordinary frames are not replays
