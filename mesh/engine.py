@@ -212,7 +212,7 @@ class MeshEngine:
         self._overlay.publish(event.beacon)
 
     def _on_beacon_removed(self, event: BeaconRemoved) -> None:
-        self.state.own_beacons.remove(event.beacon_id)
+        self.state.own_beacons.remove(event.beacon_id, self.node_id)
         self._overlay.publish(UnbeaconPayload(event.beacon_id, event.tenant_id))
 
     def _on_scene_changed(self, event: SceneChanged) -> None:

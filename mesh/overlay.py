@@ -24,6 +24,10 @@ whom they gossip with and how far their control diffs go, behind one interface, 
 Both also keep the addresses we were told of (discovery, seeds) but have not yet heard from:
 each is sent a gossip round at once and every ``dead_probe_interval_ms`` after, until its
 node speaks.
+
+A control diff changes only its own origin's state: beacons are named by (origin, id), so a
+removal signed by another member removes nothing (``not_owner``), and a beacon reusing
+another's id is a beacon of its own origin's.
 """
 
 from __future__ import annotations
@@ -231,10 +235,14 @@ class FullOverlay:
         self.counters.diffs_accepted[_KIND_NAMES[diff.kind]] += 1
         p, origin = diff.payload, diff.origin
         if isinstance(p, BeaconPayload):
+            if self.beacons.held_by_another(p.beacon_id, origin):
+                self.counters.beacon_ids_reused += 1  # kept apart, under its own origin
             self.beacons.add(p, origin, diff.ts)
             state.out.append(ApplyRemoteBeacon(p, origin))
         elif isinstance(p, UnbeaconPayload):
-            self.beacons.remove(p.beacon_id)
+            if self.beacons.remove(p.beacon_id, origin) is None and self.beacons.held_by_another(p.beacon_id, origin):
+                state.drop(Reason.NOT_OWNER)  # another member's beacon: not ours to remove
+                return
             state.out.append(RemoveRemoteBeacon(p.beacon_id, p.tenant_id, origin))
         elif isinstance(p, ScenePayload):
             state.out.append(ApplyScene(p.data, origin))

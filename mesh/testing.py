@@ -76,9 +76,14 @@ class Host:
         elif isinstance(effect, ApplyTombstone):
             self.tombstones[effect.cell_id] = effect
         elif isinstance(effect, ApplyRemoteBeacon):
-            self.remote_beacons[effect.beacon.beacon_id] = effect
+            # By id, as its first owner placed it: another member's beacon of the same id is its own.
+            held = self.remote_beacons.get(effect.beacon.beacon_id)
+            if held is None or held.origin_node == effect.origin_node:
+                self.remote_beacons[effect.beacon.beacon_id] = effect
         elif isinstance(effect, RemoveRemoteBeacon):
-            self.remote_beacons.pop(effect.beacon_id, None)
+            held = self.remote_beacons.get(effect.beacon_id)
+            if held is not None and held.origin_node == effect.origin_node:
+                del self.remote_beacons[effect.beacon_id]
         elif isinstance(effect, ApplyScene):
             self.scenes[str(effect.scene.get("scene_id"))] = effect
         elif isinstance(effect, PeerStateChanged):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from mesh.admission import ReplayWindow
 from mesh.errors import Reason
-from mesh.events import BeaconPlaced, CellStored, FrameReceived
-from mesh.wire import Envelope, MsgType, encode_envelope
+from mesh.events import BeaconPlaced, BeaconRemoved, CellStored, FrameReceived
+from mesh.wire import BeaconPayload, Envelope, MsgType, encode_envelope
 
 from .test_engine import Mesh, beacon, cell, near, unit
 
@@ -66,3 +66,41 @@ def test_one_wild_clock_sample_moves_a_senders_offset_estimate_by_a_bounded_step
     for _ in range(10):
         now += 1000
         assert frame(-20) is None  # bob's ordinary frames are not replays
+
+
+# -- bug 3: any member could delete or take over anyone's beacon --------------------------------
+
+
+def test_an_unbeacon_from_another_member_does_not_remove_a_beacon():
+    mesh = insider_mesh()
+    topic = unit(31)
+    wanted = beacon(topic)
+    mesh.do("bob", BeaconPlaced(wanted))
+    mesh.settle()
+    mesh.do("mallory", BeaconRemoved(wanted.beacon_id, wanted.tenant_id))  # signed by mallory, for bob's id
+    mesh.settle()
+    alice = mesh["alice"].engine
+    assert [e.beacon.beacon_id for e in alice.beacons.of_owner(mesh["bob"].node_id)] == [wanted.beacon_id]
+    stored = cell(near(topic, 0.95))
+    mesh.do("alice", CellStored(stored))
+    mesh.run(2000)
+    assert stored.node_id in mesh["bob"].cells
+
+
+def test_a_beacon_reusing_another_members_id_does_not_take_it_over():
+    mesh = insider_mesh()
+    topic, elsewhere = unit(32), unit(33)
+    wanted = beacon(topic)
+    mesh.do("bob", BeaconPlaced(wanted))
+    mesh.settle()
+    stolen = BeaconPayload(wanted.beacon_id, wanted.tenant_id, "reader", "query", 0.8, embedding=elsewhere,
+                           embedding_space="space")  # fmt: skip
+    mesh.do("mallory", BeaconPlaced(stolen))
+    mesh.settle()
+    alice = mesh["alice"].engine
+    owned = alice.beacons.of_owner(mesh["bob"].node_id)
+    assert [e.beacon for e in owned] == [wanted]
+    stored = cell(near(topic, 0.95))
+    mesh.do("alice", CellStored(stored))
+    mesh.run(2000)
+    assert stored.node_id in mesh["bob"].cells
