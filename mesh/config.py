@@ -80,6 +80,13 @@ class MeshConfig:
     # at most ``clock_offset_step_ms`` per frame: one wild sample cannot make its frames replays.
     clock_offset_samples: int = 9
     clock_offset_step_ms: int = 5_000
+    # What one member may make every other member hold (mesh.quota): its live beacons, and all its
+    # control entries (beacons, removals, scenes, its peer record). A control diff that would take
+    # its origin past one of these is refused (counted ``quota``) before it is recorded or relayed.
+    max_beacons_per_origin: int = 256
+    max_beacon_bytes_per_origin: int = 1 << 20
+    max_control_entries_per_origin: int = 1024
+    max_control_bytes_per_origin: int = 2 << 20
     limits: WireLimits = DEFAULT_LIMITS  # frozen: one object shared by every config (cheap to compare)
     # partial view (view="partial"): a bounded set of gossip neighbours, interests known within a radius
     max_neighbours: int = 8  # active view: peers we gossip and ping
@@ -147,6 +154,7 @@ _AT_LEAST = {
         "gossip_interval_ms", "probe_interval_ms", "ping_timeout_ms", "suspect_timeout_ms", "dead_probe_interval_ms",
         "ack_timeout_ms", "max_attempts", "max_inflight_batches", "send_queue_limit", "repair_interval_ms",
         "repair_timeout_ms", "max_neighbours", "interest_radius", "relay_radius", "clock_offset_samples",
-        "clock_offset_step_ms",
+        "clock_offset_step_ms", "max_beacons_per_origin", "max_beacon_bytes_per_origin",
+        "max_control_entries_per_origin", "max_control_bytes_per_origin",
     )
 }  # fmt: skip

@@ -43,6 +43,7 @@ class Reason:
     NOT_ORIGIN = "not_origin"  # a tombstone signed by another node than its cell's origin
     STALE = "stale"  # control diff older than the version we hold
     NOT_OWNER = "not_owner"  # a beacon removal from a node that does not hold that beacon id (another does)
+    QUOTA = "quota"  # a control diff that would take its origin past its share (MeshConfig.max_*_per_origin)
     # sending
     QUEUE_FULL = "queue_full"  # bounded send queue overflowed: lowest energy dropped
     PEER_DEAD = "peer_dead"  # queued for a peer that was declared dead

@@ -104,3 +104,37 @@ def test_a_beacon_reusing_another_members_id_does_not_take_it_over():
     mesh.do("alice", CellStored(stored))
     mesh.run(2000)
     assert stored.node_id in mesh["bob"].cells
+
+
+# -- bug 7: no bound on what one member may make every other member hold ------------------------
+
+
+def flood_of_beacons(mesh: Mesh, name: str, count: int, query_bytes: int) -> None:
+    """What a modified node does: sign and record control diffs of its own with no limit, so
+    that its anti-entropy serves them to everyone (its engine's checks on placing are bypassed)."""
+    engine = mesh[name].engine
+    state = engine.state
+    for i in range(count):
+        payload = BeaconPayload(f"flood-{i}", "t", "spam", "x" * query_bytes, 0.99, embedding=unit(5000 + i % 50),
+                                embedding_space="space")  # fmt: skip
+        diff = state.sign_new(payload)
+        engine.control.apply(diff)
+        state.store.put(diff, mesh.net.now)
+
+
+def test_one_member_cannot_make_every_other_hold_unbounded_control_state():
+    """5,120 beacons of 4 KB were accepted and spread to every node (+80 MiB each)."""
+    mesh = Mesh("alice", "bob", "carol", "mallory")
+    mesh.settle()
+    flood_of_beacons(mesh, "mallory", 5120, 4096)
+    mesh.net.partition(["alice", "bob", "mallory"], ["carol"])  # carol hears of it through the others only
+    mesh.run(30_000)
+    mesh.net.partition(["alice", "bob", "carol"], ["mallory"])  # the flood stops at mallory; carol catches up
+    mesh.run(15_000)
+    mallory = mesh["mallory"].node_id
+    for name in ("alice", "bob", "carol"):
+        engine = mesh[name].engine
+        held = list(engine.control.entries(mallory))
+        assert len(engine.beacons.of_owner(mallory)) <= 256, name
+        assert sum(d.size for d in held) <= 1 << 21, name
+    assert mesh["alice"].engine.counters.drops["quota"] > 0
