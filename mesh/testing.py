@@ -9,7 +9,7 @@ reuses it (add hosts, set link conditions, read ``stats`` and each host's record
 :func:`fast_crypto` gives a keyed-hash signature scheme and key agreement, and
 :class:`PlainSealer` a frame "sealer" without encryption: real integrity checks of the real
 sizes that cost about a microsecond, for simulations only (anyone who knows a public key can
-forge).
+forge). :mod:`mesh.insider` puts a malicious member on this network.
 """
 
 from __future__ import annotations
