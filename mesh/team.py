@@ -1,12 +1,14 @@
 """Team membership and frame sealing.
 
 A team is an id and a 32-byte secret key, shared through a join token
-(``hyphae1.`` + base64url(msgpack([team_id, team_key]))). The key does three jobs:
+(``hyphae1.`` + base64url(msgpack([team_id, team_key]))). The key does these jobs:
 
 * membership proof: ``HMAC-SHA256(team_key, "hyphae-member-v1" || node public key)``;
   a diff whose origin cannot show one is dropped as ``not_member``;
 * frame key: ChaCha20-Poly1305 under ``HKDF-SHA256(team_key, salt=team_id)``, so
   outsiders can neither read nor inject mesh traffic;
+* pair-key salt: the key each two members agree between themselves (:mod:`mesh.frame_auth`)
+  is derived under :meth:`Team.pair_key_salt`, so a rotation renews those keys too;
 * the zeroconf TXT record carries only :attr:`Team.id_hash`, never the key.
 
 Rotation (``hyphae team rotate [--remove NODE_ID ...]``): :meth:`Team.rotated` keeps the
@@ -16,9 +18,6 @@ proof, so it can neither read nor inject. The ids named with ``--remove`` also t
 the new join token (``[team_id, team_key, [removed ids]]``; the two-element form stays
 valid) and are refused as members even with a valid proof, so a removed node stays out
 if the new token leaks to it.
-
-* pair-key salt: every two members agree a key only they hold (:mod:`mesh.frame_auth`),
-  derived under :meth:`Team.pair_key_salt`, so a rotation renews those too.
 
 A sealed frame (protocol 2) is::
 
