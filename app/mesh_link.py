@@ -57,7 +57,8 @@ class MeshLink:
     def __init__(self, service: MemoryService, submit) -> None:
         self.service = service
         self._submit = submit
-        self.remote_beacons: dict[str, ev.ApplyRemoteBeacon] = {}
+        # (owner, beacon id): an id is its owner's, another member's beacon of the same id is another beacon
+        self.remote_beacons: dict[tuple[str, str], ev.ApplyRemoteBeacon] = {}
         self.peer_states: dict[str, str] = {}
         self.cells_received = 0
         self.cells_received_from: collections.Counter[str] = collections.Counter()  # by origin node
@@ -89,9 +90,9 @@ class MeshLink:
         elif isinstance(effect, ev.ApplyScene):
             await self.service.apply_scene(effect.scene, effect.origin_node)
         elif isinstance(effect, ev.ApplyRemoteBeacon):
-            self.remote_beacons[effect.beacon.beacon_id] = effect
+            self.remote_beacons[(effect.origin_node, effect.beacon.beacon_id)] = effect
         elif isinstance(effect, ev.RemoveRemoteBeacon):
-            self.remote_beacons.pop(effect.beacon_id, None)
+            self.remote_beacons.pop((effect.origin_node, effect.beacon_id), None)
         elif isinstance(effect, ev.PeerStateChanged):
             self.peer_states[effect.peer_id] = effect.state
             log.info("peer %s at %s is %s", effect.peer_id[:12], effect.address, effect.state)

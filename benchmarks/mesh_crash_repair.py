@@ -60,7 +60,8 @@ def one_run(delay_ms: int, seed: int, loss: float) -> float | None:
     net.run_for(delay_ms)
     engine = MeshEngine(
         old.node_id, dataclasses.replace(old.config, address="n2-back"), old.store, energy=ENERGY, signer=old._sign,
-        verifier=old._verify, public_key=old.public_key, sealer=old._sealer, rng=random.Random(seed),
+        verifier=old._verify, public_key=old.public_key, key_agreement=old._agree, sealer=old._sealer,
+        rng=random.Random(seed),
     )  # fmt: skip
     host = net.add(engine)
     engine.outbox.confirms_delivery = True

@@ -76,6 +76,17 @@ class MeshConfig:
     max_clock_skew_ms: int = 600_000
     max_future_skew_ms: int = 60_000
     frame_max_age_ms: int = 120_000  # replay window for sealed frames
+    # A sender's clock offset is the median of its last this many frames' samples, approached by
+    # at most ``clock_offset_step_ms`` per frame: one wild sample cannot make its frames replays.
+    clock_offset_samples: int = 9
+    clock_offset_step_ms: int = 5_000
+    # What one member may make every other member hold (mesh.quota): its live beacons, and all its
+    # control entries (beacons, removals, scenes, its peer record). A control diff that would take
+    # its origin past one of these is refused (counted ``quota``) before it is recorded or relayed.
+    max_beacons_per_origin: int = 256
+    max_beacon_bytes_per_origin: int = 1 << 20
+    max_control_entries_per_origin: int = 1024
+    max_control_bytes_per_origin: int = 2 << 20
     limits: WireLimits = DEFAULT_LIMITS  # frozen: one object shared by every config (cheap to compare)
     # partial view (view="partial"): a bounded set of gossip neighbours, interests known within a radius
     max_neighbours: int = 8  # active view: peers we gossip and ping
@@ -142,6 +153,8 @@ _AT_LEAST = {
     name: 1 for name in (
         "gossip_interval_ms", "probe_interval_ms", "ping_timeout_ms", "suspect_timeout_ms", "dead_probe_interval_ms",
         "ack_timeout_ms", "max_attempts", "max_inflight_batches", "send_queue_limit", "repair_interval_ms",
-        "repair_timeout_ms", "max_neighbours", "interest_radius", "relay_radius",
+        "repair_timeout_ms", "max_neighbours", "interest_radius", "relay_radius", "clock_offset_samples",
+        "clock_offset_step_ms", "max_beacons_per_origin", "max_beacon_bytes_per_origin",
+        "max_control_entries_per_origin", "max_control_bytes_per_origin",
     )
 }  # fmt: skip

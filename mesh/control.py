@@ -6,17 +6,40 @@ only the newest diff per key is kept. The *version* of an origin is the highest
 seq we hold from it. Two nodes reconcile with a digest ``{origin: version}``: each
 sends the other every entry newer than the other's version, per origin in ascending
 seq order. A reply cut short by a size limit is still a prefix, so "version = max seq
-received" stays true: whoever holds version v of an origin holds all its entries ≤ v.
+received" stays true: whoever holds version v of an origin holds all its entries ≤ v (but
+those its quota refused or let go, :mod:`mesh.quota`, which no member is given again).
+
+What each origin holds here is kept count of (:class:`Usage`), for :mod:`mesh.quota`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 from .diffs import BeaconPayload, Diff, PeerPayload, ScenePayload, UnbeaconPayload, id_bytes
 from .wire import Digest
 
-__all__ = ["ControlState", "control_key"]
+__all__ = ["ControlState", "control_key", "Usage"]
+
+
+@dataclasses.dataclass(slots=True)
+class Usage:
+    """What one origin's entries take: its live beacons, and its other entries (beacon
+    removals, scenes, its peer record), each as a count and bytes on the wire."""
+
+    beacons: int = 0
+    beacon_bytes: int = 0
+    others: int = 0
+    other_bytes: int = 0
+
+    def add(self, diff: Diff, sign: int = 1) -> None:
+        if isinstance(diff.payload, BeaconPayload):
+            self.beacons += sign
+            self.beacon_bytes += sign * diff.size
+        else:
+            self.others += sign
+            self.other_bytes += sign * diff.size
 
 
 def control_key(diff: Diff) -> tuple[str, str]:
@@ -42,6 +65,7 @@ class ControlState:
         # origin -> {hops: its entries in seq order, marked with those hops}: what answers
         # send, made once per change of the origin's entries instead of once per answer.
         self._marked: dict[str, dict[int | None, list[Diff]]] = {}
+        self._usage: dict[str, Usage] = {}
 
     def version(self, origin: str) -> int:
         return self._versions.get(origin, 0)
@@ -93,11 +117,42 @@ class ControlState:
         self._marked.pop(diff.origin, None)
         entries = self._entries.setdefault(diff.origin, {})
         key = control_key(diff)
-        previous = entries.get(key)
+        previous = entries.pop(key, None)  # re-inserted: the entries stay in the order last changed
         entries[key] = diff
+        usage = self._usage.get(diff.origin)
+        if usage is None:
+            usage = self._usage[diff.origin] = Usage()
+        if previous is not None:
+            usage.add(previous, -1)
+        usage.add(diff)
         version = self._versions[diff.origin] = max(diff.seq, self._versions.get(diff.origin, 0))
         self._wire_versions[id_bytes(diff.origin)] = version
         return previous
+
+    def skip(self, origin: str, seq: int) -> None:
+        """Count ``seq`` of ``origin`` as received (applied, or refused for good)."""
+        version = self._versions[origin] = max(seq, self._versions.get(origin, 0))
+        self._wire_versions[id_bytes(origin)] = version
+
+    def held(self, origin: str, key: tuple[str, str]) -> Diff | None:
+        """The entry of ``origin`` under ``key`` (see :func:`control_key`), if we hold one."""
+        entries = self._entries.get(origin)
+        return entries.get(key) if entries else None
+
+    def usage(self, origin: str) -> Usage | None:
+        """What ``origin``'s entries take here (None: nothing). Read it, do not change it."""
+        return self._usage.get(origin)
+
+    def oldest(self, origin: str) -> Iterable[Diff]:
+        """``origin``'s entries, the least recently changed first."""
+        return list(self._entries.get(origin, {}).values())
+
+    def let_go(self, diff: Diff) -> None:
+        """Drop one entry of its origin's (the version stays: it is not asked for again)."""
+        entries = self._entries.get(diff.origin)
+        if entries is not None and entries.pop(control_key(diff), None) is not None:
+            self._usage[diff.origin].add(diff, -1)
+            self._marked.pop(diff.origin, None)
 
     def needs_from(self, digest: Mapping[str, int], known_only: bool = False) -> bool:
         """Does the peer that sent ``digest`` hold anything we lack?
@@ -116,6 +171,7 @@ class ControlState:
         self._versions.pop(origin, None)
         self._wire_versions.pop(id_bytes(origin), None)
         self._entries.pop(origin, None)
+        self._usage.pop(origin, None)
         self.distance.pop(origin, None)
         self._near = None
         self._marked.pop(origin, None)

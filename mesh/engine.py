@@ -10,7 +10,8 @@ frame (once admitted) to the part its type belongs to, each timer to its round. 
 one module each, share one :class:`~mesh.state.NodeState` and hold no reference to the engine:
 
 * **admission** (:mod:`mesh.admission`): every frame is opened (AEAD), decoded (strict),
-  checked for replay and clock skew; every diff for membership, signature and duplication.
+  bound to its sender (:mod:`mesh.frame_auth`), checked for replay and clock skew; every diff
+  for membership, signature and duplication.
   Each rejection is counted in ``counters.drops[reason]``; nothing raises out of ``handle``
   for bad input.
 * **membership** (:mod:`mesh.membership`): peers by id and address, the key ring of
@@ -51,6 +52,7 @@ from .events import (
     BeaconPlaced, BeaconRemoved, CellForgotten, CellStored, Effect, Event, FrameDelivered, FrameReceived,
     PeerDiscovered, SceneChanged, SendFailed, SetTimer, Started, TimerFired,
 )  # fmt: skip
+from .frame_auth import KeyAgreement
 from .identity import NodeIdentity, node_id_for
 from .liveness import LivenessPlane
 from .membership import Liveness, Peer
@@ -85,6 +87,7 @@ class MeshEngine:
         signer: Signer | None = None,
         verifier: Verifier | None = None,
         public_key: bytes | None = None,
+        key_agreement: KeyAgreement | None = None,
         sealer: FrameSealer | Any | None = None,
         rng: random.Random | None = None,
         router: Callable[["MeshEngine"], RoutingPolicy] | None = None,
@@ -94,17 +97,19 @@ class MeshEngine:
             node_id = identity_or_node_id.node_id
             public_key = identity_or_node_id.public_key
             signer = signer or identity_or_node_id.sign
+            key_agreement = key_agreement or identity_or_node_id.agree
         else:
             node_id = identity_or_node_id
-        if public_key is None or signer is None:
-            raise ValueError("a bare node id needs public_key= and signer=")
+        if public_key is None or signer is None or key_agreement is None:
+            raise ValueError("a bare node id needs public_key=, signer= and key_agreement=")
         if node_id_for(public_key) != node_id:
             raise ValueError("node id does not match the public key")
         self.node_id = node_id
         self.config = config
         self.state = state = NodeState(
             node_id, config, store, energy, public_key=public_key, proof=config.team.membership_proof(public_key),
-            sign=signer, verify=verifier or NodeIdentity.verify, sealer=sealer or config.team.sealer(),
+            sign=signer, verify=verifier or NodeIdentity.verify, agree=key_agreement,
+            sealer=sealer or config.team.sealer(),
             rng=rng or random.Random(node_id),
             # What decoding keeps between frames: our own, unless the process runs many
             # engines that share one (a simulator's part).
@@ -115,7 +120,10 @@ class MeshEngine:
         self.router: RoutingPolicy = router(self) if router is not None else self._overlay.view()
         self._data_plane = DataPlane(state, self.router, partial=self.partial)
         self._repair_plane = RepairPlane(state, self._data_plane, self._overlay)
-        self._replay = ReplayWindow(config.max_clock_skew_ms, config.max_future_skew_ms, config.frame_max_age_ms)
+        self._replay = ReplayWindow(
+            config.max_clock_skew_ms, config.max_future_skew_ms, config.frame_max_age_ms,
+            offset_samples=config.clock_offset_samples, offset_step_ms=config.clock_offset_step_ms,
+        )  # fmt: skip
         self._liveness = LivenessPlane(state, self._overlay, self._data_plane, self._repair_plane, self._replay)
         self._timers: dict[str, int] = {}
         self._armed: dict[str, int] = {}
@@ -156,6 +164,7 @@ class MeshEngine:
     # as given, the addresses it was told of (-> next try) and its peers' clock offsets.
     _sign = _shared("state.sign")
     _verify = _shared("state.verify")
+    _agree = _shared("state.binding._agree")
     _sealer = _shared("state.sealer")
     _proof = _shared("state.proof")
     _contacts = _shared("_overlay.invited")
@@ -203,7 +212,7 @@ class MeshEngine:
         self._overlay.publish(event.beacon)
 
     def _on_beacon_removed(self, event: BeaconRemoved) -> None:
-        self.state.own_beacons.remove(event.beacon_id)
+        self.state.own_beacons.remove(event.beacon_id, self.node_id)
         self._overlay.publish(UnbeaconPayload(event.beacon_id, event.tenant_id))
 
     def _on_scene_changed(self, event: SceneChanged) -> None:
@@ -227,7 +236,7 @@ class MeshEngine:
         verdict = admit_frame(
             event.frame, state.now, self_id=self.node_id, sealer=state.sealer, limits=self.config.limits,
             cache=state.decode_cache, replay=self._replay, keyring=state.keyring, learn_key=state.learn_key,
-            drop=state.drop,
+            binding=state.binding, drop=state.drop,
         )  # fmt: skip
         if verdict.__class__ is not tuple:
             if verdict is not OWN_FRAME:

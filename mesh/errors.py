@@ -30,12 +30,16 @@ class Reason:
     DECRYPT_FAILED = "decrypt_failed"  # AEAD did not open: wrong team key or tampered bytes
     MALFORMED = "malformed"  # not the shape the wire format requires
     BAD_VERSION = "bad_version"  # a wire version we do not speak
+    OLD_VERSION = "old_version"  # a frame of an older protocol (its sender needs upgrading)
     OVERSIZED = "oversized"  # frame larger than max_frame_bytes
     TOO_MANY_DIFFS = "too_many_diffs"  # batch beyond max_diffs
     CONTENT_TOO_LARGE = "content_too_large"  # content, metadata or vector beyond its limit
     INVALID_CELL = "invalid_cell"  # a signed cell that breaks the cell rules (mesh.cell_rules): no node could store it
     REPLAY = "replay"  # a sealed frame seen before, or older than the replay window
     FUTURE = "future"  # a frame or diff stamped too far in the future
+    # a frame its sender's own key does not vouch for: no sender tag, or one that does not check
+    # out (a member sealing in another's name; a frame sent to whoever held the address before)
+    BAD_FRAME_AUTH = "bad_frame_auth"
     # diffs
     NOT_MEMBER = "not_member"  # origin without a valid membership proof, or id != hash(key)
     UNKNOWN_ORIGIN = "unknown_origin"  # no public key known for the origin
@@ -43,6 +47,8 @@ class Reason:
     DUPLICATE = "duplicate"  # (origin, seq) already held
     NOT_ORIGIN = "not_origin"  # a tombstone signed by another node than its cell's origin
     STALE = "stale"  # control diff older than the version we hold
+    NOT_OWNER = "not_owner"  # a beacon removal from a node that does not hold that beacon id (another does)
+    QUOTA = "quota"  # a control diff that would take its origin past its share (MeshConfig.max_*_per_origin)
     # sending
     QUEUE_FULL = "queue_full"  # bounded send queue overflowed: lowest energy dropped
     PEER_DEAD = "peer_dead"  # queued for a peer that was declared dead

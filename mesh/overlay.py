@@ -24,6 +24,11 @@ whom they gossip with and how far their control diffs go, behind one interface, 
 Both also keep the addresses we were told of (discovery, seeds) but have not yet heard from:
 each is sent a gossip round at once and every ``dead_probe_interval_ms`` after, until its
 node speaks.
+
+A control diff changes only its own origin's state: beacons are named by (origin, id), so a
+removal signed by another member removes nothing (``not_owner``), and a beacon reusing
+another's id is a beacon of its own origin's. What one origin may make us hold is bounded
+(:mod:`mesh.quota`), checked before a diff is recorded, so before anyone is served it.
 """
 
 from __future__ import annotations
@@ -34,12 +39,13 @@ from typing import Protocol
 
 from .control import control_key
 from .diffs import (
-    CONTROL_KINDS, BeaconPayload, Diff, DiffKind, Payload, PeerPayload, ScenePayload, UnbeaconPayload,
+    CONTROL_KINDS, BeaconPayload, Diff, DiffKind, Payload, PeerPayload, ScenePayload, UnbeaconPayload, sign_diff,
 )  # fmt: skip
 from .errors import Reason
 from .events import ApplyRemoteBeacon, ApplyScene, PeerDiscovered, PeerStateChanged, RemoveRemoteBeacon
 from .links import InboundLinks
 from .membership import Peer, PeerState
+from .quota import ControlQuota
 from .routing import FullView, PartialView, RoutingPolicy, beacon_closeness
 from .state import NodeState
 from .wire import Envelope, MsgType
@@ -49,6 +55,10 @@ __all__ = ["Overlay", "FullOverlay", "PartialOverlay"]
 _OUT_OF_RADIUS = "out_of_radius"  # a control diff from farther than the interest radius (partial view)
 _OFFER_DECLINED = "offer_declined"  # an offered node no nearer our interest than our chosen neighbours
 _KIND_NAMES = {kind: kind.name.lower() for kind in DiffKind}  # counters' keys
+
+
+def _UNSIGNED(message: bytes) -> bytes:
+    return bytes(64)  # a signature's size: what a diff of ours would take, before signing it
 
 
 class Overlay(Protocol):
@@ -91,6 +101,7 @@ class FullOverlay:
         self.control = state.control
         self.beacons = state.beacons
         self.counters = state.counters
+        self.quota = ControlQuota.of(cfg)
         self.invited: dict[str, int] = {}  # unauthenticated address -> next try
         # Partial view: who holds us as a neighbour (the other end of our links), in-degree bounded.
         self.inbound = InboundLinks(
@@ -146,6 +157,9 @@ class FullOverlay:
             )
             if stale and diff.seq < top[diff.origin]:
                 continue  # garbage; the origin's newest entry still carries its version
+            if self.quota.make_room(self.control, diff) is None:
+                self.control.skip(diff.origin, diff.seq)  # a quota made smaller since
+                continue
             self.control.apply(diff)
         unheard: set[str] = set()
         for origin in list(self.control.digest()):
@@ -177,8 +191,15 @@ class FullOverlay:
         self.send_gossip(event.address)
 
     def publish(self, payload: Payload) -> None:
-        """A control diff of ours: record it; anti-entropy spreads it (start a round now)."""
+        """A control diff of ours: record it; anti-entropy spreads it (start a round now). One
+        past our quota is not published (every member would refuse it), counted ``quota``."""
         state = self.state
+        unsigned = sign_diff(payload, origin=state.node_id, seq=state.seq + 1, ts=state.now, sign=_UNSIGNED)
+        room = self.quota.make_room(self.control, unsigned)
+        if room is None:
+            state.drop(Reason.QUOTA)
+            return
+        state.drop(Reason.QUOTA, room)
         diff = state.sign_new(payload)
         self.control.apply(diff)
         state.store.put(diff, state.now)
@@ -226,15 +247,25 @@ class FullOverlay:
             return
         if not self._admissible(diff) or not state.admit(diff, env.keys):
             return
+        room = self.quota.make_room(self.control, diff)
+        if room is None:
+            self.control.skip(diff.origin, diff.seq)
+            state.drop(Reason.QUOTA)
+            return
+        state.drop(Reason.QUOTA, room)
         self.control.apply(diff)
         self._recorded(diff)
         self.counters.diffs_accepted[_KIND_NAMES[diff.kind]] += 1
         p, origin = diff.payload, diff.origin
         if isinstance(p, BeaconPayload):
+            if self.beacons.held_by_another(p.beacon_id, origin):
+                self.counters.beacon_ids_reused += 1  # kept apart, under its own origin
             self.beacons.add(p, origin, diff.ts)
             state.out.append(ApplyRemoteBeacon(p, origin))
         elif isinstance(p, UnbeaconPayload):
-            self.beacons.remove(p.beacon_id)
+            if self.beacons.remove(p.beacon_id, origin) is None and self.beacons.held_by_another(p.beacon_id, origin):
+                state.drop(Reason.NOT_OWNER)  # another member's beacon: not ours to remove
+                return
             state.out.append(RemoveRemoteBeacon(p.beacon_id, p.tenant_id, origin))
         elif isinstance(p, ScenePayload):
             state.out.append(ApplyScene(p.data, origin))

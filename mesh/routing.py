@@ -31,6 +31,7 @@ Routing policies decide where a diff goes:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Protocol
@@ -183,11 +184,13 @@ class _Codes:
 
 
 class BeaconIndex:
-    """Remote beacons, matched in bulk."""
+    """Remote beacons, matched in bulk. A beacon is named by its owner and its id: a beacon id
+    is scoped by the node that placed it, so no member's beacon can replace or remove another's."""
 
     def __init__(self) -> None:
         self._groups: dict[tuple[str, str], _Group] = {}
-        self._where: dict[str, tuple[_Group, int]] = {}
+        self._where: dict[tuple[str, str], tuple[_Group, int]] = {}  # (owner, beacon id) -> its row
+        self._ids: collections.Counter[str] = collections.Counter()  # beacon id -> owners holding one of that id
         self._by_owner: dict[str, dict[str, IndexedBeacon]] = {}
         self._codes = _Codes()
         self._vectors: dict[tuple[str, str], np.ndarray] | None = None  # vectors(), until a change
@@ -197,7 +200,8 @@ class BeaconIndex:
         return len(self._where)
 
     def add(self, beacon: BeaconPayload, owner: str, placed_at: int) -> None:
-        self.remove(beacon.beacon_id)
+        """Add ``owner``'s beacon, in place of the one of the same id it held (if any)."""
+        self.remove(beacon.beacon_id, owner)
         self._vectors = None
         self._vectors_of.pop(owner, None)
         vector = np.asarray(beacon.embedding, np.float32)
@@ -206,13 +210,23 @@ class BeaconIndex:
         if group is None or group.dim != vector.shape[0]:
             group = self._groups[key] = _Group(vector.shape[0])
         entry = IndexedBeacon(beacon, owner, placed_at)
-        self._where[beacon.beacon_id] = (group, group.append(entry, self._codes))
+        self._where[(owner, beacon.beacon_id)] = (group, group.append(entry, self._codes))
+        self._ids[beacon.beacon_id] += 1
         self._by_owner.setdefault(owner, {})[beacon.beacon_id] = entry
 
-    def remove(self, beacon_id: str) -> IndexedBeacon | None:
-        found = self._where.pop(beacon_id, None)
+    def held_by_another(self, beacon_id: str, owner: str) -> bool:
+        """Does a node other than ``owner`` hold a beacon of this id?"""
+        return self._ids.get(beacon_id, 0) > ((owner, beacon_id) in self._where)
+
+    def remove(self, beacon_id: str, owner: str) -> IndexedBeacon | None:
+        """Take out ``owner``'s beacon of this id (another owner's of the same id stays)."""
+        found = self._where.pop((owner, beacon_id), None)
         if found is None:
             return None
+        if self._ids[beacon_id] > 1:
+            self._ids[beacon_id] -= 1
+        else:
+            del self._ids[beacon_id]
         self._vectors = None
         group, row = found
         entry = group.kill(row)
@@ -231,7 +245,7 @@ class BeaconIndex:
         key = next(k for k, g in self._groups.items() if g is group)
         fresh = self._groups[key] = _Group(group.dim)
         for entry in live:
-            self._where[entry.beacon.beacon_id] = (fresh, fresh.append(entry, self._codes))
+            self._where[(entry.owner, entry.beacon.beacon_id)] = (fresh, fresh.append(entry, self._codes))
 
     def of_owner(self, owner: str) -> list[IndexedBeacon]:
         return list(self._by_owner.get(owner, {}).values())

@@ -16,7 +16,8 @@ the data plane and the overlay; repair calls the data plane and the overlay) and
   produces (both set by the engine for each event: time is passed in, never read), and
   whether the frame being handled came in a response to one of ours (``in_response``);
 * the acts every part performs: sign a diff of ours (one seq counter), admit a diff
-  (timestamp, membership, signature), send a frame (sealed, counted), count a drop.
+  (timestamp, membership, signature), send a frame (sealed, tagged as ours for its recipient
+  by the :class:`~mesh.frame_auth.SenderBinding`, counted), count a drop.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .config import EnergyParams, MeshConfig
 from .control import ControlState
 from .diffs import DATA_KINDS, DecodeCache, Diff, Payload, sign_diff
 from .events import Effect, SendFrame
+from .frame_auth import KeyAgreement, SenderBinding
 from .membership import Keyring, Peer, PeerTable
 from .memory import DiffLog
 from .routing import BeaconIndex
@@ -65,6 +67,7 @@ class Counters:
     prunes_sent: int = 0  # acks that asked their peer to announce to us instead
     diffs_announced: int = 0  # (origin, seq) announced, in IHAVE frames or riding on acks
     diffs_grafted: int = 0  # (origin, seq) asked for in GRAFT frames
+    beacon_ids_reused: int = 0  # beacons whose id another member's beacon has (kept apart, by origin)
     drops: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by reason
 
 
@@ -73,7 +76,8 @@ class NodeState:
 
     def __init__(
         self, node_id: str, config: MeshConfig, store: DiffLog, energy: EnergyParams, *, public_key: bytes,
-        proof: bytes, sign: Signer, verify: Verifier, sealer: Any, decode_cache: DecodeCache, rng: random.Random,
+        proof: bytes, sign: Signer, verify: Verifier, agree: KeyAgreement, sealer: Any, decode_cache: DecodeCache,
+        rng: random.Random,
     ) -> None:  # fmt: skip
         self.node_id = node_id
         self.config = config
@@ -84,6 +88,7 @@ class NodeState:
         self.sign = sign
         self.verify = verify
         self.sealer = sealer
+        self.binding = SenderBinding(node_id, sign=sign, verify=verify, agree=agree, salt=config.team.pair_key_salt())
         self.decode_cache = decode_cache
         self.rng = rng
         self.keyring = Keyring(config.team.is_member)
@@ -155,6 +160,15 @@ class NodeState:
                 keys[diff.origin] = entry
         return keys
 
+    def _auth_to(self, address: str) -> Any:
+        """How a frame to ``address`` says it is ours: with the key we share with the member
+        there, or signed if we know none there yet."""
+        peer = self.peers.by_address(address)
+        entry = self.keyring.get(peer.node_id) if peer is not None else None
+        if entry is None:
+            return self.binding.signed
+        return self.binding.auth_for(peer.node_id, entry[0])  # type: ignore[union-attr]
+
     def send(
         self, address: str, mtype: MsgType, diffs: tuple[Diff, ...] = (), *, in_reply: bool = False, **fields: Any
     ) -> None:
@@ -162,7 +176,7 @@ class NodeState:
         in the response to the frame being handled)."""
         now = self.now
         env = Envelope(mtype, now, self.config.address, self.keys_for(diffs), diffs, **fields)
-        frame = self.sealer.seal(self.node_id, encode_envelope(env))
+        frame = self.sealer.seal(self.node_id, encode_envelope(env), self._auth_to(address))
         data_bytes = sum(d.size for d in diffs if d.kind in DATA_KINDS)
         lane = "data" if data_bytes else "control"
         counters = self.counters

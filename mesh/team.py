@@ -1,12 +1,14 @@
 """Team membership and frame sealing.
 
 A team is an id and a 32-byte secret key, shared through a join token
-(``hyphae1.`` + base64url(msgpack([team_id, team_key]))). The key does three jobs:
+(``hyphae1.`` + base64url(msgpack([team_id, team_key]))). The key does these jobs:
 
 * membership proof: ``HMAC-SHA256(team_key, "hyphae-member-v1" || node public key)``;
   a diff whose origin cannot show one is dropped as ``not_member``;
 * frame key: ChaCha20-Poly1305 under ``HKDF-SHA256(team_key, salt=team_id)``, so
   outsiders can neither read nor inject mesh traffic;
+* pair-key salt: the key each two members agree between themselves (:mod:`mesh.frame_auth`)
+  is derived under :meth:`Team.pair_key_salt`, so a rotation renews those keys too;
 * the zeroconf TXT record carries only :attr:`Team.id_hash`, never the key.
 
 Rotation (``hyphae team rotate [--remove NODE_ID ...]``): :meth:`Team.rotated` keeps the
@@ -17,8 +19,18 @@ the new join token (``[team_id, team_key, [removed ids]]``; the two-element form
 valid) and are refused as members even with a valid proof, so a removed node stays out
 if the new token leaks to it.
 
-A sealed frame is ``version(1) || sender node id(16) || nonce(12) || ciphertext+tag``.
-The header is the AEAD's associated data, so the sender id cannot be swapped.
+A sealed frame (protocol 2) is::
+
+    version(1) || sender node id(16) || nonce(12) || auth(1) || ciphertext+tag(16) || sender tag
+
+The header (the first 30 bytes) is the AEAD's associated data. The team key keeps
+outsiders out, but every member holds it: it cannot say *which* member sealed a frame.
+The sender tag does: per ``auth``, a 16-byte MAC under the key only the sender and the
+recipient hold (:data:`AUTH_PAIR`), or the sender's 64-byte Ed25519 signature
+(:data:`AUTH_SIGNED`, for a recipient whose key the sender does not know yet), over
+everything before it. :class:`FrameSealer` only lays the tag out; who checks it with which
+key is :mod:`mesh.frame_auth`'s. A frame of protocol 1 (no sender tag) is refused as
+``old_version``.
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ import hashlib
 import hmac
 import os
 import secrets
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import msgpack
 from cryptography.exceptions import InvalidTag
@@ -41,16 +55,43 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from .errors import JoinTokenError, Reason, SealError
 from .identity import node_id_for
 
-__all__ = ["Team", "FrameSealer", "TOKEN_PREFIX", "FRAME_VERSION", "FRAME_OVERHEAD"]
+__all__ = [
+    "Team", "FrameSealer", "FrameAuth", "Unsealed", "TOKEN_PREFIX", "FRAME_VERSION", "FRAME_OVERHEAD",
+    "AUTH_NONE", "AUTH_PAIR", "AUTH_SIGNED", "SENDER_TAG_BYTES",
+]  # fmt: skip
 
 TOKEN_PREFIX = "hyphae1."
-FRAME_VERSION = 1
+FRAME_VERSION = 2  # 2: frames carry a sender tag (1: the team key alone)
+AUTH_NONE, AUTH_PAIR, AUTH_SIGNED = 0, 1, 2  # what vouches for the sender: nothing, a pair MAC, a signature
+SENDER_TAG_BYTES = {AUTH_NONE: 0, AUTH_PAIR: 16, AUTH_SIGNED: 64}
 _NODE_ID_BYTES = 16
 _NONCE_BYTES = 12
-_HEADER_BYTES = 1 + _NODE_ID_BYTES + _NONCE_BYTES
-FRAME_OVERHEAD = _HEADER_BYTES + 16  # header + Poly1305 tag
+_HEADER_BYTES = 2 + _NODE_ID_BYTES + _NONCE_BYTES
+# header + Poly1305 tag + a pair tag (the usual frame; a signed one is 48 bytes longer)
+FRAME_OVERHEAD = _HEADER_BYTES + 16 + SENDER_TAG_BYTES[AUTH_PAIR]
 _MEMBER_LABEL = b"hyphae-member-v1"
 _FRAME_KEY_INFO = b"hyphae mesh frame key v1"
+_PAIR_SALT_INFO = b"hyphae mesh pair key v1"
+
+
+class FrameAuth(NamedTuple):
+    """How a sender vouches for a frame: ``kind`` (:data:`AUTH_PAIR` or :data:`AUTH_SIGNED`),
+    and ``tag`` over the frame's bytes before the tag (of ``SENDER_TAG_BYTES[kind]`` bytes).
+    :meth:`FrameSealer.seal` takes anything with these two (mesh.frame_auth's pair tags)."""
+
+    kind: int
+    tag: Callable[[bytes], bytes]
+
+
+class Unsealed(NamedTuple):
+    """A frame opened under the team key; nothing yet says who sealed it (see :mod:`mesh.frame_auth`)."""
+
+    sender_id: str
+    nonce: bytes
+    plaintext: bytes
+    auth: int  # AUTH_NONE, AUTH_PAIR or AUTH_SIGNED
+    covered: bytes | memoryview  # what the sender tag covers: everything before it
+    tag: bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +182,12 @@ class Team:
     def sealer(self) -> "FrameSealer":
         return FrameSealer(self.frame_key())
 
+    def pair_key_salt(self) -> bytes:
+        """What every pair key of this team is derived under (:mod:`mesh.frame_auth`)."""
+        return HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=self.team_id.encode(), info=_PAIR_SALT_INFO
+        ).derive(self.team_key)
+
 
 def _is_node_id(text: object) -> bool:
     return isinstance(text, str) and len(text) == 2 * _NODE_ID_BYTES and all(c in "0123456789abcdef" for c in text)
@@ -152,23 +199,48 @@ class FrameSealer:
     def __init__(self, key: bytes) -> None:
         self._aead = ChaCha20Poly1305(key)
 
-    def seal(self, sender_id: str, plaintext: bytes) -> bytes:
-        header = bytes([FRAME_VERSION]) + bytes.fromhex(sender_id) + os.urandom(_NONCE_BYTES)
-        return header + self._aead.encrypt(header[-_NONCE_BYTES:], plaintext, header)
+    def seal(self, sender_id: str, plaintext: bytes, auth: FrameAuth | Any = None) -> bytes:
+        """A frame from ``sender_id``, its sender tag made by ``auth`` (None: no tag, a frame
+        no engine lets in; tests use it to reach the checks before that one)."""
+        kind = AUTH_NONE if auth is None else auth.kind
+        nonce = os.urandom(_NONCE_BYTES)
+        header = bytes([FRAME_VERSION]) + bytes.fromhex(sender_id) + nonce + bytes([kind])
+        body = header + self._aead.encrypt(nonce, plaintext, header)
+        return body if auth is None else body + auth.tag(body)
 
-    def open(self, frame: bytes) -> tuple[str, bytes, bytes]:
-        """``(sender_id, nonce, plaintext)``; raises :class:`SealError`."""
-        if len(frame) < FRAME_OVERHEAD:
-            raise SealError(Reason.MALFORMED, "frame shorter than its header")
-        if frame[0] != FRAME_VERSION:
-            raise SealError(Reason.BAD_VERSION, f"frame version {frame[0]}")
+    def unseal(self, frame: bytes) -> Unsealed:
+        """Open a frame under the team key; raises :class:`SealError`."""
+        version, kind, tag_bytes = _layout(frame)
         header = frame[:_HEADER_BYTES]
-        nonce = header[-_NONCE_BYTES:]
+        nonce = header[1 + _NODE_ID_BYTES : 1 + _NODE_ID_BYTES + _NONCE_BYTES]
+        end = len(frame) - tag_bytes
         try:
-            plaintext = self._aead.decrypt(nonce, frame[_HEADER_BYTES:], header)
+            plaintext = self._aead.decrypt(nonce, frame[_HEADER_BYTES:end], header)
         except InvalidTag:
             raise SealError(Reason.DECRYPT_FAILED, "frame does not open under the team key") from None
-        return header[1 : 1 + _NODE_ID_BYTES].hex(), nonce, plaintext
+        covered = memoryview(frame)[:end] if tag_bytes else frame
+        return Unsealed(header[1 : 1 + _NODE_ID_BYTES].hex(), nonce, plaintext, kind, covered, frame[end:])
+
+    def open(self, frame: bytes) -> tuple[str, bytes, bytes]:
+        """``(sender_id, nonce, plaintext)`` (for a reader of frames); raises :class:`SealError`."""
+        opened = self.unseal(frame)
+        return opened.sender_id, opened.nonce, opened.plaintext
+
+
+def _layout(frame: bytes) -> tuple[int, int, int]:
+    """``(version, auth, sender tag bytes)`` of a frame, if it can be one of ours; else SealError."""
+    if len(frame) < _HEADER_BYTES + 16:
+        raise SealError(Reason.MALFORMED, "frame shorter than its header")
+    version = frame[0]
+    if version != FRAME_VERSION:
+        if 0 < version < FRAME_VERSION:
+            raise SealError(Reason.OLD_VERSION, f"frame of protocol {version}: its sender needs upgrading")
+        raise SealError(Reason.BAD_VERSION, f"frame version {version}")
+    kind = frame[_HEADER_BYTES - 1]
+    tag_bytes = SENDER_TAG_BYTES.get(kind)
+    if tag_bytes is None or len(frame) < _HEADER_BYTES + 16 + tag_bytes:
+        raise SealError(Reason.MALFORMED, "an unknown sender tag, or a frame too short for it")
+    return version, kind, tag_bytes
 
 
 @functools.lru_cache(maxsize=1 << 15)

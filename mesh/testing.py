@@ -6,9 +6,10 @@ also reorders), loss, duplication and partitions. Timers are virtual too, so an 
 of protocol time runs in well under a second. The simulator in ``simulations/``
 reuses it (add hosts, set link conditions, read ``stats`` and each host's records).
 
-:func:`fast_crypto` gives a keyed-hash signature scheme and :class:`PlainSealer` a
-frame "sealer" without encryption: real integrity checks that cost about a
-microsecond, for simulations only (anyone who knows a public key can forge).
+:func:`fast_crypto` gives a keyed-hash signature scheme and key agreement, and
+:class:`PlainSealer` a frame "sealer" without encryption: real integrity checks of the real
+sizes that cost about a microsecond, for simulations only (anyone who knows a public key can
+forge). :mod:`mesh.insider` puts a malicious member on this network.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ from .events import (
 )  # fmt: skip
 from .identity import NodeIdentity, node_id_for
 from .memory import MemoryDiffLog
-from .team import FRAME_VERSION, Team
+from .team import AUTH_NONE, FRAME_VERSION, SENDER_TAG_BYTES, FrameAuth, Team, Unsealed
 from .diffs import id_bytes, id_hex
+from .wire import Envelope, encode_envelope
 
 __all__ = [
     "LinkConditions", "VirtualNetwork", "Host", "PlainSealer", "fast_crypto", "seeded_identity", "make_engine",
+    "sealed_by",
 ]  # fmt: skip
 
 START_MS = 1_780_000_000_000
@@ -73,9 +76,14 @@ class Host:
         elif isinstance(effect, ApplyTombstone):
             self.tombstones[effect.cell_id] = effect
         elif isinstance(effect, ApplyRemoteBeacon):
-            self.remote_beacons[effect.beacon.beacon_id] = effect
+            # By id, as its first owner placed it: another member's beacon of the same id is its own.
+            held = self.remote_beacons.get(effect.beacon.beacon_id)
+            if held is None or held.origin_node == effect.origin_node:
+                self.remote_beacons[effect.beacon.beacon_id] = effect
         elif isinstance(effect, RemoveRemoteBeacon):
-            self.remote_beacons.pop(effect.beacon_id, None)
+            held = self.remote_beacons.get(effect.beacon_id)
+            if held is not None and held.origin_node == effect.origin_node:
+                del self.remote_beacons[effect.beacon_id]
         elif isinstance(effect, ApplyScene):
             self.scenes[str(effect.scene.get("scene_id"))] = effect
         elif isinstance(effect, PeerStateChanged):
@@ -212,14 +220,25 @@ class VirtualNetwork:
 # -- cheap crypto for simulations -------------------------------------------------------
 
 
-def fast_crypto(rng: random.Random) -> tuple[str, bytes, Callable[[bytes], bytes], Callable[[bytes, bytes, bytes], bool]]:
-    """``(node_id, public_key, signer, verifier)`` with a keyed BLAKE2b "signature"."""
+# (node id, public key, signer, verifier, key agreement)
+FastCrypto = tuple[
+    str, bytes, Callable[[bytes], bytes], Callable[[bytes, bytes, bytes], bool], Callable[[bytes], bytes]
+]
+
+
+def fast_crypto(rng: random.Random) -> FastCrypto:
+    """``(node_id, public_key, signer, verifier, key_agreement)`` with a keyed BLAKE2b
+    "signature" and a hash of the two public keys for the "agreed" secret."""
     public_key = rng.randbytes(32)
 
     def sign(message: bytes) -> bytes:
         return hashlib.blake2b(message, key=public_key).digest()
 
-    return node_id_for(public_key), public_key, sign, _fast_verify
+    def agree(peer_public_key: bytes) -> bytes:
+        low, high = sorted((public_key, peer_public_key))
+        return hashlib.blake2b(low + high, digest_size=32).digest()
+
+    return node_id_for(public_key), public_key, sign, _fast_verify, agree
 
 
 def seeded_identity(rng: random.Random) -> NodeIdentity:
@@ -241,18 +260,38 @@ class PlainSealer:
         self._tag = hashlib.sha256(team.team_key).digest()[:16]
         self._rng = rng
 
-    def seal(self, sender_id: str, plaintext: bytes) -> bytes:
-        header = _VERSION_BYTE + id_bytes(sender_id) + self._rng.randbytes(12)
+    def seal(self, sender_id: str, plaintext: bytes, auth: FrameAuth | Any = None) -> bytes:
+        kind = AUTH_NONE if auth is None else auth.kind
+        header = _VERSION_BYTE + id_bytes(sender_id) + self._rng.randbytes(12) + bytes((kind,))
         check = hashlib.blake2b(header, key=self._tag, digest_size=16)
         check.update(plaintext)  # no copy of the plaintext to hash it
-        return b"".join((header, plaintext, check.digest()))
+        body = b"".join((header, plaintext, check.digest()))
+        return body if auth is None else body + auth.tag(body)
+
+    def unseal(self, frame: bytes) -> Unsealed:
+        if len(frame) < 46 or frame[0] != FRAME_VERSION:
+            old = len(frame) >= 46 and 0 < frame[0] < FRAME_VERSION
+            raise SealError(Reason.OLD_VERSION if old else Reason.MALFORMED, "not a frame of ours")
+        tag_bytes = SENDER_TAG_BYTES.get(frame[29])
+        if tag_bytes is None or len(frame) < 46 + tag_bytes:
+            raise SealError(Reason.MALFORMED, "not a frame")
+        end = len(frame) - tag_bytes
+        body = memoryview(frame)[:end]
+        if hashlib.blake2b(body[:-16], key=self._tag, digest_size=16).digest() != body[-16:]:
+            raise SealError(Reason.DECRYPT_FAILED, "frame does not check out under the team key")
+        return Unsealed(id_hex(frame[1:17]), frame[17:29], frame[30 : end - 16], frame[29], body, frame[end:])
 
     def open(self, frame: bytes) -> tuple[str, bytes, bytes]:
-        if len(frame) < 45 or frame[0] != FRAME_VERSION:
-            raise SealError(Reason.MALFORMED, "not a frame")
-        if hashlib.blake2b(memoryview(frame)[:-16], key=self._tag, digest_size=16).digest() != frame[-16:]:
-            raise SealError(Reason.DECRYPT_FAILED, "frame does not check out under the team key")
-        return id_hex(frame[1:17]), frame[17:29], frame[29:-16]
+        opened = self.unseal(frame)
+        return opened.sender_id, opened.nonce, opened.plaintext
+
+
+def sealed_by(engine: MeshEngine, env: Envelope, to: MeshEngine | None = None) -> bytes:
+    """``env`` in a frame sealed as ``engine`` seals its own: tagged with the key it shares
+    with ``to``, or signed (as to a member it does not know yet)."""
+    binding = engine.state.binding
+    auth = binding.signed if to is None else binding.auth_for(to.node_id, to.public_key)
+    return engine.state.sealer.seal(engine.node_id, encode_envelope(env), auth)
 
 
 def make_engine(
@@ -262,9 +301,9 @@ def make_engine(
     rng = random.Random(f"{seed}:{address}")
     cfg = MeshConfig(team=team, address=address, **config)
     if fast:
-        node_id, public_key, sign, verify = fast_crypto(rng)
+        node_id, public_key, sign, verify, agree = fast_crypto(rng)
         return MeshEngine(
             node_id, cfg, MemoryDiffLog(), energy=energy, signer=sign, verifier=verify, public_key=public_key,
-            sealer=PlainSealer(team, rng), rng=rng,
+            key_agreement=agree, sealer=PlainSealer(team, rng), rng=rng,
         )  # fmt: skip
     return MeshEngine(NodeIdentity.generate(), cfg, MemoryDiffLog(), energy=energy, rng=rng)

@@ -327,10 +327,10 @@ class SimNetwork(VirtualNetwork):
                 identity, cfg, store, energy=self.energy, sealer=self._frame_sealer, rng=rng,
                 decode_cache=self.decode_cache,
             )  # fmt: skip
-        node_id, public_key, sign, verify = fast_crypto(identity_rng)
+        node_id, public_key, sign, verify, agree = fast_crypto(identity_rng)
         return MeshEngine(
             node_id, cfg, store, energy=self.energy, signer=sign, verifier=verify, public_key=public_key,
-            sealer=PlainSealer(self.team, rng), rng=rng, decode_cache=self.decode_cache,
+            key_agreement=agree, sealer=PlainSealer(self.team, rng), rng=rng, decode_cache=self.decode_cache,
         )  # fmt: skip
 
     def opener(self) -> PlainSealer | FrameSealer:

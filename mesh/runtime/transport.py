@@ -29,7 +29,7 @@ import httpx
 import trio
 
 from ..errors import MeshError
-from ..wire import WIRE_VERSION
+from ..team import FRAME_VERSION
 from .faults import FaultPlan, Verdict
 from .http_client import BadResponse, FrameClient, FrameClientError, ResponseTimeout
 
@@ -40,7 +40,9 @@ __all__ = [
 
 log = logging.getLogger("hyphae.mesh.transport")
 
-PROTOCOL_VERSION = WIRE_VERSION  # what /mesh/v1/hello and the zeroconf TXT record advertise
+# What /mesh/v1/hello and the zeroconf TXT record advertise: the frame's version (2: frames
+# bound to their sender, mesh.frame_auth), which members must share to read each other.
+PROTOCOL_VERSION = FRAME_VERSION
 FRAMES_PATH = "/mesh/v1/frames"
 HELLO_PATH = "/mesh/v1/hello"
 _CONTENT_TYPE = "application/octet-stream"

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from mesh.identity import NodeIdentity
-from mesh.team import Team
+from mesh.team import AUTH_NONE, AUTH_SIGNED, FRAME_VERSION, FrameAuth, Team
 from mesh.wire import CellPayload, Envelope, MsgType, decode_envelope, encode_envelope, sign_diff
 from node.embedding.hashed import HashedEmbedder
 
@@ -82,7 +82,8 @@ class Insider:
         keys = {self.identity.node_id: (self.identity.public_key, proof or self.proof)}
         env = Envelope(MsgType.DATA, sent_at or int(time.time() * 1000), self.address, keys, tuple(diffs),
                        batch_id=self.seq)  # fmt: skip
-        return self.team.sealer().seal(self.identity.node_id, encode_envelope(env))
+        signed = FrameAuth(AUTH_SIGNED, self.identity.sign)  # its own key vouches for the sender id
+        return self.team.sealer().seal(self.identity.node_id, encode_envelope(env), signed)
 
 
 @pytest.fixture
@@ -143,7 +144,11 @@ def test_outsider_can_neither_read_nor_inject_and_garbage_is_counted(nodes) -> N
     assert post_frame(a, b"\x07" + rng(999)).status_code == 202  # a frame version we do not speak
     wait_drop(a, "bad_version", before)
     before = drops(a)
-    assert post_frame(a, b"\x01" + rng(999)).status_code == 202  # version 1, but not sealed by the team
+    assert post_frame(a, b"\x01" + rng(999)).status_code == 202  # protocol 1: its sender needs upgrading
+    wait_drop(a, "old_version", before)
+    before = drops(a)
+    not_sealed = bytes([FRAME_VERSION]) + rng(28) + bytes([AUTH_NONE]) + rng(970)  # our version, not the team's
+    assert post_frame(a, not_sealed).status_code == 202
     wait_drop(a, "decrypt_failed", before)
 
     team = Team(*team_of(a.home))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from mesh.errors import Reason
 from mesh.events import BeaconPlaced, CellStored, FrameReceived, PeerDiscovered, SetTimer, TimerFired
 from mesh.team import Team
-from mesh.wire import Envelope, MsgType, encode_envelope
-from mesh.testing import VirtualNetwork, make_engine
+from mesh.wire import Envelope, MsgType
+from mesh.testing import VirtualNetwork, make_engine, sealed_by
 
 from .test_engine import ENERGY, beacon, cell, near, unit
 
@@ -97,7 +97,7 @@ def test_stale_and_far_future_frames_are_still_refused_once_the_offset_is_known(
 
     def ping_from_b(sent_at: int) -> bytes:
         env = Envelope(MsgType.PING, sent_at, "b", {b.node_id: (b.public_key, b._proof)}, nonce=99)
-        return b._sealer.seal(b.node_id, encode_envelope(env))
+        return sealed_by(b, env, to=a)
 
     before = dict(a.counters.drops)
     a.handle(FrameReceived("b", ping_from_b(net.now - 5 * MINUTE - 3 * MINUTE)), net.now)

@@ -56,7 +56,7 @@ def test_the_record_names_the_node_a_team_hash_the_protocol_and_the_port_never_t
     d = Discovery(node_id="ab" * 16, team_hash=team.id_hash, port=7979, addresses=["10.0.0.5"], on_peer=print)
     info = d.service_info()
     assert info.type == SERVICE_TYPE and info.name == f"hyphae-{'ab' * 16}.{SERVICE_TYPE}"
-    assert info.properties == {b"node": b"ab" * 16, b"team": team.id_hash.encode(), b"proto": b"1", b"port": b"7979"}
+    assert info.properties == {b"node": b"ab" * 16, b"team": team.id_hash.encode(), b"proto": b"2", b"port": b"7979"}
     assert info.parsed_addresses() == ["10.0.0.5"] and info.port == 7979
     assert team.team_key.hex().encode() not in b"".join(info.properties.values())
     assert team.team_id.encode() not in b"".join(info.properties.values())
@@ -65,14 +65,14 @@ def test_the_record_names_the_node_a_team_hash_the_protocol_and_the_port_never_t
 def test_records_of_strangers_other_protocols_and_ourselves_are_not_proposed():
     d = Discovery(node_id="aa" * 16, team_hash="team-1", port=1, on_peer=print)
 
-    def record(node: str, team: str = "team-1", proto: str = "1", port: int = 7979) -> ServiceInfo:
+    def record(node: str, team: str = "team-1", proto: str = "2", port: int = 7979) -> ServiceInfo:
         props = {"node": node, "team": team, "proto": proto}
         return ServiceInfo(SERVICE_TYPE, f"x.{SERVICE_TYPE}", addresses=[socket.inet_aton("10.0.0.9")], port=port,
                            properties=props, server="x.local.")  # fmt: skip
 
     assert d._read(record("bb" * 16)) == ("10.0.0.9:7979", "bb" * 16)
     assert d._read(record("bb" * 16, team="team-2")) is None
-    assert d._read(record("bb" * 16, proto="2")) is None
+    assert d._read(record("bb" * 16, proto="1")) is None  # protocol 1: frames not bound to their sender
     assert d._read(record("aa" * 16)) is None  # ourselves
     assert d._read(record("")) is None
 

@@ -280,7 +280,7 @@ def test_the_nearest_owners_are_ranked_by_their_best_beacon_then_by_id(seed, cou
         index.add(BeaconPayload(f"b{i}", "t", "a", "q", 0.5, None, None, None, None, vector, "s", ()), owner, 1)
         vectors[f"b{i}"] = owner, vector
     for i in range(0, 24, 5):
-        index.remove(f"b{i}")
+        index.remove(f"b{i}", f"o{i % 9}")
         del vectors[f"b{i}"]
     probe = rng.normal(size=(2, 8)).astype(np.float32)
     best: dict[str, float] = {}
@@ -315,7 +315,7 @@ def test_the_bulk_match_accepts_exactly_the_beacons_the_scalar_rule_does(seed, f
         index.add(beacon, f"o{i % 7}", 1)
         entries[beacon.beacon_id] = beacon
     for i in rng.sample(range(len(entries)), len(entries) // 4):
-        index.remove(f"b{i}")
+        index.remove(f"b{i}", f"o{i % 7}")
         del entries[f"b{i}"]
     for _ in range(20):
         cell = CellPayload("c1", "t", rng.choice(agents + ["stranger"]), "x", rng.choice(kinds), rng.random(), 0,
@@ -344,9 +344,9 @@ def test_an_index_gives_its_vectors_as_they_stand_after_each_change():
     assert index.vectors()[("t", "s")].tolist() == [[1, 0]]
     index.add(placed(2, [0, 1]), "me", 1)
     assert index.vectors()[("t", "s")].tolist() == [[1, 0], [0, 1]]
-    index.remove("b1")
+    index.remove("b1", "me")
     assert index.vectors()[("t", "s")].tolist() == [[0, 1]]
     index.add(placed(2, [0.6, 0.8]), "me", 2)  # placed again: replaces
     assert np.allclose(index.vectors()[("t", "s")], [[0.6, 0.8]])
-    index.remove("b2")
+    index.remove("b2", "me")
     assert index.vectors() == {}

@@ -254,7 +254,7 @@ def sealed(net, src: str, mtype: MsgType, extra: list) -> bytes:
     engine = net.hosts[src].engine
     keys = {bytes.fromhex(engine.node_id): [engine.public_key, engine._proof]}
     plain = msgpack.packb([1, int(mtype), net.now, src, keys, [], extra], use_bin_type=True)
-    return engine._sealer.seal(engine.node_id, plain)
+    return engine._sealer.seal(engine.node_id, plain, engine.state.binding.signed)
 
 
 BAD_FRAMES = MALFORMED[:3] + MALFORMED[12:16] + MALFORMED[-3:]

@@ -45,7 +45,7 @@ def restart(mesh: Mesh, name: str, *, address: str | None = None) -> str:
         mesh.net.hosts.pop(name)  # its pending timers reach the new engine, which ignores what it did not set
     engine = MeshEngine(
         old.node_id, dataclasses.replace(old.config, address=address), old.store, energy=ENERGY,
-        signer=old._sign, public_key=old.public_key, rng=random.Random(address),
+        signer=old._sign, public_key=old.public_key, key_agreement=old._agree, rng=random.Random(address),
     )  # fmt: skip
     mesh.net.add(engine)
     mesh.net.start(address)
@@ -119,6 +119,7 @@ def test_old_beacon_removals_are_left_behind_at_a_restart_and_versions_stay_exac
     old = mesh["bob"].engine
     later = MeshEngine(
         old.node_id, old.config, old.store, energy=ENERGY, signer=old._sign, public_key=old.public_key,
+        key_agreement=old._agree,
     )  # fmt: skip
     later.handle(Started(), mesh.net.now + 8 * 24 * 3600 * 1000)
     assert kinds_of(later, mesh["alice"].node_id) == {"peer", "beacon"}

@@ -12,7 +12,7 @@ from mesh.events import (
     ApplyTombstone, BeaconPlaced, CellForgotten, CellStored, FrameReceived, PeerDiscovered, SendFrame,
 )  # fmt: skip
 from mesh.identity import NodeIdentity
-from mesh.team import Team
+from mesh.team import AUTH_SIGNED, FRAME_VERSION, FrameAuth, Team
 from mesh.testing import make_engine
 from mesh.wire import Diff, Envelope, MsgType, TombstonePayload, encode_envelope, sign_diff
 
@@ -44,7 +44,7 @@ def diff_from(who: NodeIdentity, payload=None, *, seq=1, ts=NOW) -> Diff:
 def frame(team: Team, who: NodeIdentity, *diffs: Diff, proof: bytes | None = None, sent_at=NOW, keys=None) -> bytes:
     keys = keys if keys is not None else {who.node_id: (who.public_key, proof or team.membership_proof(who.public_key))}
     env = Envelope(MsgType.DATA, sent_at, "mallory", keys, diffs, batch_id=1)
-    return team.sealer().seal(who.node_id, encode_envelope(env))
+    return team.sealer().seal(who.node_id, encode_envelope(env), FrameAuth(AUTH_SIGNED, who.sign))
 
 
 def deliver(engine: MeshEngine, data: bytes, now=NOW + 10) -> list:
@@ -127,8 +127,11 @@ def test_malformed_and_oversized_batches_are_counted(team, bob):
     too_many = [diff_from(MALLORY, seq=i) for i in range(1, 300)]
     env = Envelope(MsgType.DATA, NOW, "m", {}, tuple(too_many), batch_id=1)
     deliver(bob, team.sealer().seal(MALLORY.node_id, encode_envelope(env)))
-    deliver(bob, b"\x01" + bytes(100))
-    assert bob.counters.drops == {Reason.MALFORMED: 1, Reason.TOO_MANY_DIFFS: 1, Reason.DECRYPT_FAILED: 1}
+    deliver(bob, bytes([FRAME_VERSION]) + bytes(100))
+    deliver(bob, b"\x01" + bytes(100))  # protocol 1: its sender needs upgrading
+    assert bob.counters.drops == {
+        Reason.MALFORMED: 1, Reason.TOO_MANY_DIFFS: 1, Reason.DECRYPT_FAILED: 1, Reason.OLD_VERSION: 1,
+    }
 
 
 def test_an_outsider_engine_never_joins_and_mesh_traffic_stays_unreadable():

@@ -6,7 +6,7 @@ import pytest
 
 from mesh.errors import JoinTokenError, Reason, SealError
 from mesh.identity import NodeIdentity
-from mesh.team import FRAME_OVERHEAD, TOKEN_PREFIX, Team
+from mesh.team import AUTH_PAIR, FRAME_OVERHEAD, TOKEN_PREFIX, FrameAuth, Team
 
 
 @pytest.fixture
@@ -63,9 +63,9 @@ def test_membership_proof_holds_only_under_its_team(team):
 
 def test_frames_open_under_the_same_team_only(team):
     node = NodeIdentity.generate()
-    frame = team.sealer().seal(node.node_id, b"secret plans")
+    frame = team.sealer().seal(node.node_id, b"secret plans", FrameAuth(AUTH_PAIR, lambda covered: bytes(16)))
     assert b"secret plans" not in frame
-    assert len(frame) == len(b"secret plans") + FRAME_OVERHEAD
+    assert len(frame) == len(b"secret plans") + FRAME_OVERHEAD  # with the usual sender tag
     sender, nonce, plaintext = team.sealer().open(frame)
     assert (sender, plaintext, len(nonce)) == (node.node_id, b"secret plans", 12)
     with pytest.raises(SealError) as caught:

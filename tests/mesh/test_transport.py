@@ -17,7 +17,7 @@ from mesh.runtime import (
     FRAMES_PATH, HELLO_PATH, PROTOCOL_VERSION, FaultPlan, HttpTransport, MeshApp, MeshRuntime, SendError,
     bind_mesh_socket, make_mesh_app, pack_frames, serve_mesh, unpack_frames, watch_fault_file,
 )  # fmt: skip
-from mesh.team import Team
+from mesh.team import AUTH_SIGNED, FRAME_VERSION, FrameAuth, Team
 from mesh.testing import make_engine
 from mesh.wire import Envelope, MsgType, decode_envelope, encode_envelope
 from node.energy import EnergyModel
@@ -257,7 +257,7 @@ async def test_over_a_real_socket_garbage_is_accepted_and_counted_by_the_engine(
             assert (await client.get("/v1/cells")).status_code == 404
             assert (await client.post(FRAMES_PATH, content=b"\x00" * (MAX_FRAME + 1))).status_code == 413
 
-            garbage = [b"short", b"\x09" + b"\x00" * 100, b"\x01" + bytes(range(256)) * 2]
+            garbage = [b"short", b"\x09" + b"\x00" * 100, bytes([FRAME_VERSION]) + bytes(29) + bytes(range(256)) * 2]
             for body in garbage:
                 response = await client.post(FRAMES_PATH, content=body)
                 assert response.status_code == 202
@@ -286,7 +286,7 @@ def ping_frame(team: Team, nonce: int) -> bytes:
     who = NodeIdentity.generate()
     env = Envelope(MsgType.PING, wall_ms(), "127.0.0.1:2", {who.node_id: (who.public_key, team.membership_proof(who.public_key))},
                    nonce=nonce)  # fmt: skip
-    return team.sealer().seal(who.node_id, encode_envelope(env))
+    return team.sealer().seal(who.node_id, encode_envelope(env), FrameAuth(AUTH_SIGNED, who.sign))
 
 
 def wall_ms() -> int:

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from mesh.errors import MeshError, Reason
 from mesh.events import Started
 from mesh.identity import NodeIdentity
-from mesh.team import Team
+from mesh.team import AUTH_SIGNED, FRAME_VERSION, FrameAuth, Team
 from mesh.testing import make_engine
 from mesh.wire import WireLimits, decode_envelope
 from tests.mesh.test_engine import ENERGY
@@ -37,6 +37,7 @@ from .fuzz import count, fuzz_report, fuzz_settings, json_values  # noqa: F401 (
 pytestmark = pytest.mark.usefixtures("fuzz_report")
 
 TEAM = Team.create()
+VERSION = bytes([FRAME_VERSION])
 MEMBER = NodeIdentity.generate()
 
 
@@ -90,7 +91,7 @@ def test_any_frame_is_admitted_or_dropped_and_counted(data) -> None:
     count(f"mesh FrameReceived {kind}")
     count("mesh FrameReceived")
     if kind == "bytes":
-        raw = data.draw(st.binary(max_size=600) | st.binary(min_size=1, max_size=40).map(lambda b: b"\x01" + b * 20))
+        raw = data.draw(st.binary(max_size=600) | st.binary(min_size=1, max_size=40).map(lambda b: VERSION + b * 20))
     elif kind == "sealed msgpack":
         raw = TEAM.sealer().seal(sender, msgpack.packb(data.draw(msgpack_values), use_bin_type=True))
     else:
@@ -113,7 +114,7 @@ def test_any_frame_is_admitted_or_dropped_and_counted(data) -> None:
             for position, value in data.draw(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
                                                       min_size=1, max_size=5)):  # fmt: skip
                 plain[position % len(plain)] = value
-            raw = TEAM.sealer().seal(MEMBER.node_id, bytes(plain))
+            raw = TEAM.sealer().seal(MEMBER.node_id, bytes(plain), FrameAuth(AUTH_SIGNED, MEMBER.sign))
         else:
             keep = data.draw(st.floats(0, 1, exclude_max=True))  # a share: frames differ in length by a byte
             raw = raw[: int(keep * len(raw))]
@@ -128,6 +129,6 @@ def test_frames_past_the_size_limit_are_dropped_as_oversized() -> None:
     sealed = TEAM.sealer().seal(MEMBER.node_id, huge)
     assert expected_failure(sealed, limits) == Reason.OVERSIZED
     check_admission(engine, sealed)
-    check_admission(engine, b"\x01" + bytes(limits.max_frame_bytes + 64))  # does not open either
+    check_admission(engine, VERSION + bytes(limits.max_frame_bytes + 64))  # does not open either
     count("mesh FrameReceived oversized")
     still_serving(engine, itertools.count(1))

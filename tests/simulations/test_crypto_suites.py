@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import random
 
 import numpy as np
 import pytest
 
 from mesh.events import FrameReceived, SendFrame, Started
 from mesh.identity import NodeIdentity
-from mesh.team import FRAME_OVERHEAD, FrameSealer, Team
-from mesh.testing import PlainSealer
-from mesh.wire import BeaconPayload, decode_envelope, encode_envelope
+from mesh.team import AUTH_PAIR, AUTH_SIGNED, FRAME_OVERHEAD, SENDER_TAG_BYTES, FrameSealer, Team
+from mesh.testing import sealed_by
+from mesh.wire import BeaconPayload, decode_envelope
 from node.energy import EnergyModel
 from simulations.network import LinkModel, SimNetwork
 from simulations.runner import RunConfig, run
@@ -47,8 +46,11 @@ def test_both_suites_have_the_wire_sizes_of_the_real_one(crypto):
     net, frames = _two_nodes(crypto)
     assert len(_signed_beacon(net).signature) == 64  # an Ed25519 signature's size
     opener = net.opener()
-    for frame in frames:
-        assert len(frame) == len(opener.open(frame)[2]) + FRAME_OVERHEAD  # header + 16-byte tag
+    tags = [opener.unseal(frame).auth for frame in frames]
+    for frame, auth in zip(frames, tags):
+        # header, a 16-byte AEAD tag and the sender tag: 16 bytes (pair key) or 64 (a signature)
+        assert len(frame) == len(opener.open(frame)[2]) + FRAME_OVERHEAD - 16 + SENDER_TAG_BYTES[auth]
+    assert tags.count(AUTH_SIGNED) == 1 and set(tags) == {AUTH_PAIR, AUTH_SIGNED}  # signed: n1's first word only
 
 
 def test_real_suite_is_ed25519_and_chacha20():
@@ -76,8 +78,9 @@ def test_both_suites_reject_tampering(crypto):
     env = decode_envelope(plain)
     bad = tuple(dataclasses.replace(d, signature=bytes(64)) for d in env.diffs)
     forged = dataclasses.replace(env, diffs=bad, sent_at=net.now)
-    sealer = net.opener() if crypto == "real" else PlainSealer(TEAM, random.Random(5))
-    fresh.handle(FrameReceived("n0", sealer.seal(sender, encode_envelope(forged))), net.now)
+    n0 = net.hosts["n0"].engine
+    assert sender == n0.node_id
+    fresh.handle(FrameReceived("n0", sealed_by(n0, forged, to=fresh)), net.now)
     assert fresh.counters.drops["bad_signature"] >= 1 and len(fresh.beacons) == 0
 
 
