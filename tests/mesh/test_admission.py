@@ -15,7 +15,7 @@ from mesh.errors import Reason
 from mesh.events import FrameReceived, Started
 from mesh.identity import NodeIdentity
 from mesh.membership import Keyring
-from mesh.team import Team
+from mesh.team import AUTH_SIGNED, FrameAuth, Team
 from mesh.testing import make_engine
 from mesh.wire import Envelope, MsgType, WireLimits, encode_envelope
 
@@ -44,7 +44,9 @@ class Sender:
             env = Envelope(MsgType.DATA, sent_at, self.address, keys, diffs, batch_id=self.nonces)
         else:
             env = Envelope(MsgType.PING, sent_at, self.address, keys, nonce=self.nonces)
-        return self.team.sealer().seal(self.identity.node_id, encode_envelope(env))
+        # A first-contact frame: its sender tag is the sender's own signature (mesh.frame_auth).
+        auth = FrameAuth(AUTH_SIGNED, self.identity.sign)
+        return self.team.sealer().seal(self.identity.node_id, encode_envelope(env), auth)
 
 
 @pytest.fixture
@@ -92,12 +94,18 @@ def test_a_later_frame_may_be_as_old_as_the_replay_window_by_the_senders_clock_a
     assert dict(bob.counters.drops) == {Reason.REPLAY: 1}
 
 
-def test_a_sender_clock_that_jumps_ahead_is_followed_at_once(team):
+def test_a_sender_clock_that_jumps_ahead_is_followed_by_its_median_a_bounded_step_per_frame(team):
+    """One frame stamped ahead (forged or a clock that jumps and jumps back) does not move the
+    estimate; a clock that stays ahead is followed, 5 s per frame (the issue "Trust no member")."""
     bob, sender = receiver(team), Sender(team)
     assert heard(bob, sender.frame(NOW), NOW)
-    assert heard(bob, sender.frame(NOW + 50_000), NOW)  # within the future allowance: the offset jumps up
-    # 130 s behind the newest frame: older than the window by the sender's clock as now known.
-    assert not heard(bob, sender.frame(NOW - 80_000), NOW)
+    assert heard(bob, sender.frame(NOW + 50_000), NOW)  # one jump: the median of (0, 50 s) is 0
+    assert heard(bob, sender.frame(NOW - 80_000), NOW)  # so 80 s behind is still within the window
+    for i in range(4):  # the clock stays ahead: medians 0, 50 s, 50 s, 50 s; the estimate 0, 5, 10, 15 s
+        assert heard(bob, sender.frame(NOW + 50_000 + i), NOW)
+    assert bob._replay.offsets[sender.identity.node_id] == 15_000
+    assert not heard(bob, sender.frame(NOW + 15_000 - AGE - 1), NOW)  # older than the window by its clock
+    assert heard(bob, sender.frame(NOW + 15_000 - AGE), NOW)  # exactly the window
     assert dict(bob.counters.drops) == {Reason.REPLAY: 1}
 
 
@@ -156,7 +164,7 @@ def test_the_peer_is_learned_at_the_address_it_announces_not_the_connections_sou
 
 def test_every_frame_is_counted_with_its_bytes_whatever_becomes_of_it(team):
     bob, sender = receiver(team), Sender(team)
-    frames = [sender.frame(NOW), b"\x01" + bytes(60), sender.frame(NOW + 1)]
+    frames = [sender.frame(NOW), b"\x02" + bytes(60), sender.frame(NOW + 1)]  # the middle one: garbage of our version
     frames.append(frames[0])  # a replay
     for data in frames:
         bob.handle(FrameReceived("x", data), NOW)
