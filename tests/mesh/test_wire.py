@@ -283,11 +283,12 @@ def test_a_control_diff_decoded_again_is_decoded_as_given_not_as_remembered():
 
 def test_a_forged_signature_on_a_known_control_diff_is_refused_by_the_engine():
     from mesh.events import FrameReceived, Started
-    from mesh.team import Team
+    from mesh.team import AUTH_SIGNED, FrameAuth, Team
     from mesh.testing import make_engine
     from node.energy import EnergyModel
 
     team = Team.create()
+    first_contact = FrameAuth(AUTH_SIGNED, ME.sign)  # frames carry their sender's own tag
     bob = make_engine("bob", team, EnergyModel())
     bob.handle(Started(), 1_780_000_000_000)
     keys = {ME.node_id: (ME.public_key, team.membership_proof(ME.public_key))}
@@ -298,5 +299,6 @@ def test_a_forged_signature_on_a_known_control_diff_is_refused_by_the_engine():
                           bytes(64), forged.hops, forged.ttl)  # fmt: skip
     for nonce, diff in enumerate((good, forged), 1):
         env = Envelope(MsgType.GOSSIP, 1_780_000_000_000, "127.0.0.1:7979", keys, (diff,))
-        bob.handle(FrameReceived("x", team.sealer().seal(ME.node_id, encode_envelope(env))), 1_780_000_000_000 + nonce)
+        frame = team.sealer().seal(ME.node_id, encode_envelope(env), first_contact)
+        bob.handle(FrameReceived("x", frame), 1_780_000_000_000 + nonce)
     assert dict(bob.counters.drops) == {Reason.BAD_SIGNATURE: 1}
