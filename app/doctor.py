@@ -106,8 +106,13 @@ def _secret_files(home: Path) -> Check:
 def _database(config: NodeConfig) -> Check:
     from node.store.schema import SCHEMA_VERSION
 
+    lost = "restore hyphae.db from a backup; to start over as a new node (a new node id), move node.key away and run `hyphae init`"
     if not config.db_path.exists():
+        if config.key_path.exists():
+            return Check("database", FAIL, f"{config.db_path} is missing beside this node's key", lost)
         return Check("database", FAIL, f"{config.db_path} is missing", "run `hyphae init` (it creates an empty database)")
+    if config.db_path.stat().st_size == 0:
+        return Check("database", FAIL, f"{config.db_path} is empty (0 bytes)", lost)
     try:
         version = schema_version(config.db_path)
     except ReadError as exc:

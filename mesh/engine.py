@@ -181,6 +181,7 @@ class MeshEngine:
 
     def _on_started(self, _: Started) -> None:
         state, now = self.state, self.state.now
+        state.begin_incarnation()
         self._armed.clear()  # a new runtime knows no timers yet: arm them all again
         if not self._restored:
             self._restored = True

@@ -44,7 +44,8 @@ class DiffLog(Protocol):
         as ``(lsn, received_at, diff)``. Positions only grow."""
 
     def max_seq(self, origin: str) -> int:
-        """The highest seq held from ``origin`` (0 if none): restarts continue above it."""
+        """The highest seq held from ``origin`` (0 if none): a restart signs in a later
+        incarnation than this one's (:mod:`mesh.incarnation`)."""
 
     def control_diffs(self) -> list[Diff]:
         """The control diffs held (peer, beacon, unbeacon, scene), in log order: at least the

@@ -42,7 +42,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     api_key = os.environ.get("HYPHAE_API_KEY", "")
     if not api_key:
         raise CliError("HYPHAE_API_KEY is not set; give the MCP host the key from `hyphae agent add NAME`", EXIT_AUTH)
-    load_config(args.home)  # no data dir: say so before starting anything
+    from node.data_dir import require_database
+
+    require_database(load_config(args.home))  # no data dir, or a lost database: say so before starting anything
     if running_daemon(args.home) is None and not key_is_active(args.home, api_key):
         raise Unauthenticated("HYPHAE_API_KEY is not valid for this data dir (unknown or revoked)")
     info = ensure_daemon(args.home)
