@@ -226,6 +226,12 @@ def _peers(home: Path, daemon: dict[str, Any] | None) -> Check:
         return Check("peers", FAIL, f"the daemon did not report its peers: {exc.message}", f"look at {home / 'daemon.log'}")
     finally:
         client.close()
+    conflicts = (status.get("identity") or {}).get("conflicts") or []
+    if conflicts:
+        first = conflicts[0]
+        return Check("peers", FAIL, f"identity conflict: {first.get('message', first.get('evidence'))}",
+                     "two nodes run with one node.key: on the one that should change, stop it, move node.key away, "
+                     "run `hyphae init`, and start it again")  # fmt: skip
     peers = status.get("peers") or []
     if not peers:
         return Check("peers", WARN, "no peers yet",

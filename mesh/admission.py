@@ -83,16 +83,20 @@ class ReplayWindow:
 
 def admit_frame(
     frame: bytes, now: int, *, self_id: str, sealer: Any, limits: WireLimits, cache: DecodeCache,
-    replay: ReplayWindow, keyring: Keyring, learn_key: KeyLearner,
+    replay: ReplayWindow, keyring: Keyring, learn_key: KeyLearner, self_address: str | None = None,
 ) -> tuple[str, Envelope] | str:  # fmt: skip
     """``(sender_id, envelope)`` of a frame let in; else why not (a drop reason), or
-    :data:`OWN_FRAME` for one of our own."""
+    :data:`OWN_FRAME` for one of our own. A frame under our id that says it comes from another
+    address than ``self_address`` is no loop back: it is handed over as ``(self_id, envelope)``,
+    for the engine to refuse and report (:mod:`mesh.identity_guard`)."""
     try:
         sender_id, nonce, plaintext = sealer.open(frame)
         env = decode_envelope(plaintext, limits, cache)
     except MeshError as exc:
         return exc.reason
     if sender_id == self_id:
+        if self_address is not None and env.sender_address != self_address:
+            return sender_id, env
         return OWN_FRAME
     reason = replay.admit(sender_id, env.sent_at, nonce, now)
     if reason is not None:

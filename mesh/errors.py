@@ -38,6 +38,9 @@ class Reason:
     DUPLICATE = "duplicate"  # (origin, seq) already held
     NOT_ORIGIN = "not_origin"  # a tombstone signed by another node than its cell's origin
     STALE = "stale"  # control diff older than the version we hold
+    FORK = "fork"  # a second, different diff signed as one (origin, seq): the first is kept (mesh.identity_guard)
+    OWN_ID = "own_id"  # a frame or diff under our own node id that this node did not send or sign
+    IDENTITY_CONFLICT = "identity_conflict"  # refused: our id is in use elsewhere and we stopped (the newcomer)
     # sending
     QUEUE_FULL = "queue_full"  # bounded send queue overflowed: lowest energy dropped
     PEER_DEAD = "peer_dead"  # queued for a peer that was declared dead

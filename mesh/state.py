@@ -105,6 +105,7 @@ class NodeState:
         self.seq = store.max_seq(node_id)  # our latest seq: the log's until this run's incarnation begins
         self.started_at: int | None = None  # when it began (the first Started or signature of this engine)
         self.run_base = self.seq  # this run signs above it: every seq of ours above it is this run's
+        self.guard: Any = None  # the engine's IdentityGuard (mesh.identity_guard): told of diffs under our id, and forks
         self.data_sent_at: int | None = None  # our last frame of the data plane (see MeshEngine.data_idle)
         self.ping_ids = 0
         self._own_key = (public_key, proof)

@@ -101,6 +101,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             queued = sum(peer["queue_depth"] for peer in mesh["peers"])
             drops = sum((mesh.get("drops") or {}).values())
             print(f"mesh      team {mesh['team_id']} at {mesh['address']}: {summary}; queued {queued}; drops {drops}")
+            for conflict in (mesh.get("identity") or {}).get("conflicts", []):
+                print(f"identity  CONFLICT: {conflict.get('message', conflict['evidence'])}")
     if "stats" in status:
         stats = status["stats"]
         print(f"cells     {stats['cells']}  layers {stats['layers']}")
@@ -131,6 +133,8 @@ def cmd_peers(args: argparse.Namespace) -> int:
     drops = status.get("drops") or {}
     if drops:
         print("drops: " + ", ".join(f"{reason}={count}" for reason, count in sorted(drops.items())))
+    for conflict in (status.get("identity") or {}).get("conflicts", []):
+        print(paint("identity conflict: ", "red", sys.stdout) + conflict.get("message", conflict["evidence"]))
     return EXIT_OK
 
 
