@@ -108,8 +108,13 @@ def _secret_files(home: Path) -> Check:
 def _database(config: NodeConfig) -> Check:
     from node.store.schema import SCHEMA_VERSION
 
+    lost = "restore hyphae.db from a backup; to start over as a new node (a new node id), move node.key away and run `hyphae init`"
     if not config.db_path.exists():
+        if config.key_path.exists():
+            return Check("database", FAIL, f"{config.db_path} is missing beside this node's key", lost)
         return Check("database", FAIL, f"{config.db_path} is missing", "run `hyphae init` (it creates an empty database)")
+    if config.db_path.stat().st_size == 0:
+        return Check("database", FAIL, f"{config.db_path} is empty (0 bytes)", lost)
     try:
         version = schema_version(config.db_path)
     except ReadError as exc:
@@ -238,6 +243,12 @@ def _peers(home: Path, daemon: dict[str, Any] | None) -> Check:
         return Check("peers", FAIL, f"the daemon did not report its peers: {exc.message}", f"look at {home / 'daemon.log'}")
     finally:
         client.close()
+    conflicts = (status.get("identity") or {}).get("conflicts") or []
+    if conflicts:
+        first = conflicts[0]
+        return Check("peers", FAIL, f"identity conflict: {first.get('message', first.get('evidence'))}",
+                     "two nodes run with one node.key: on the one that should change, stop it, move node.key away, "
+                     "run `hyphae init`, and start it again")  # fmt: skip
     peers = status.get("peers") or []
     if not peers:
         return Check("peers", WARN, "no peers yet",

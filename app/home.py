@@ -12,6 +12,7 @@ import trio
 from mesh.identity import NodeIdentity
 
 from node.config import NodeConfig, load_config, write_initial_config
+from node.data_dir import require_database
 from node.lock import DataDirLock
 from node.service import MemoryService
 from node.store import create_database
@@ -27,6 +28,7 @@ def init_home(home: Path) -> tuple[NodeConfig, bool]:
     if created:
         write_initial_config(home)
     config = load_config(home)
+    require_database(config)  # a node key without its database: restore it, never re-create it
     if not config.key_path.exists():
         NodeIdentity.generate().save(config.key_path)
     create_database(config.db_path)

@@ -96,6 +96,8 @@ class MeshLink:
         elif isinstance(effect, ev.PeerStateChanged):
             self.peer_states[effect.peer_id] = effect.state
             log.info("peer %s at %s is %s", effect.peer_id[:12], effect.address, effect.state)
+        elif isinstance(effect, ev.IdentityConflict):  # also in the mesh status: status, peers, doctor
+            log.error("identity conflict: %s", effect.message())
 
     async def apply_many(self, effects: list[Any]) -> None:
         """The cells of the frames the runtime handled together (a run of ``StoreRemoteCell``)

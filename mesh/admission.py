@@ -119,10 +119,12 @@ class ReplayWindow:
 def admit_frame(
     frame: bytes, now: int, *, self_id: str, sealer: Any, limits: WireLimits, cache: DecodeCache,
     replay: ReplayWindow, keyring: Keyring, learn_key: KeyLearner, binding: SenderBinding,
-    drop: Callable[[str], None] | None = None,
+    drop: Callable[[str], None] | None = None, self_address: str | None = None,
 ) -> tuple[str, Envelope] | str:  # fmt: skip
     """``(sender_id, envelope)`` of a frame let in; else why not (a drop reason), or
-    :data:`OWN_FRAME` for one of our own.
+    :data:`OWN_FRAME` for one of our own. A frame under our id that says it comes from another
+    address than ``self_address`` is no loop back: it is handed over as ``(self_id, envelope)``,
+    for the engine to refuse and report (:mod:`mesh.identity_guard`).
 
     With ``drop`` (the engine's drop counter), a diff of the frame that does not decode is
     counted there under its reason and left out, and the rest of the frame is judged as
@@ -134,6 +136,8 @@ def admit_frame(
         return exc.reason
     sender_id = opened.sender_id
     if sender_id == self_id:
+        if self_address is not None and env.sender_address != self_address:
+            return sender_id, env
         return OWN_FRAME
     key = keyring.get(sender_id)
     if key is None:

@@ -134,6 +134,10 @@ class MeshConfig:
     lazy_push: bool = False
     lazy_announce_ms: int = 150
     lazy_graft_ms: int = 100
+    # identity conflicts (mesh.identity_guard): a node that finds its own id in use elsewhere
+    # this soon after it started is the newcomer and stops publishing; one id heard from two
+    # addresses by turns within this long is reported.
+    identity_grace_ms: int = 30_000
 
     def __post_init__(self) -> None:
         """Refuse settings the engine cannot run on, naming the first: no negative count or

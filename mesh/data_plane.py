@@ -255,6 +255,8 @@ class DataPlane:
             state.drop(Reason.MALFORMED)
             return
         if self.store.has(diff.origin, diff.seq) or diff.origin == state.node_id:
+            if state.guard.refused(diff, env.keys):
+                return  # a fork, or a diff under our id that is not ours: counted and reported there
             state.drop(Reason.DUPLICATE)
             if self._withdraws:
                 self._withdraw_copies(diff, sender.node_id)

@@ -99,8 +99,10 @@ DIFF_KEY_BYTES = 12
 
 
 def diff_key(origin: str, seq: int) -> bytes:
-    """A compact name for ``(origin, seq)``: 8 bytes of the origin, 4 of the seq."""
-    return id_bytes(origin)[:8] + (seq & 0xFFFFFFFF).to_bytes(4, "big")
+    """A compact name for ``(origin, seq)``: 8 bytes of the origin, 4 of the seq. The seq's bits
+    above 32 (the top of its incarnation, :mod:`mesh.incarnation`) are mixed into those 4, so
+    the same low bits in two runs of a node give two names (a seq below 2^32 keeps its own)."""
+    return id_bytes(origin)[:8] + ((seq + (seq >> 32) * 0x9E3779B1) & 0xFFFFFFFF).to_bytes(4, "big")
 
 
 # -- payloads -------------------------------------------------------------------------

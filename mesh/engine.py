@@ -33,6 +33,12 @@ one module each, share one :class:`~mesh.state.NodeState` and hold no reference 
   way round, an origin keeps what it failed to deliver to a peer and offers it again when
   that peer comes back.
 
+* **identity** (:mod:`mesh.identity_guard`, :mod:`mesh.incarnation`): each start signs in a
+  new incarnation of our seq space, above anything an earlier run signed whatever the log
+  remembers; a node id used by two nodes (a copied ``node.key``) is found in what comes in
+  (diffs under our id we did not sign, forked seqs, frames under our id from elsewhere) and
+  reported, and the node that came later stops taking part.
+
 Timers are named (``gossip``, ``liveness``, ``repair``, ``outbox``, ``ack``, ``lazy``); each firing
 re-arms its own timer, and ``SetTimer`` is emitted only when a deadline changes.
 """
@@ -54,6 +60,7 @@ from .events import (
 )  # fmt: skip
 from .frame_auth import KeyAgreement
 from .identity import NodeIdentity, node_id_for
+from .identity_guard import IdentityGuard
 from .liveness import LivenessPlane
 from .membership import Liveness, Peer
 from .memory import DiffLog
@@ -125,6 +132,7 @@ class MeshEngine:
             offset_samples=config.clock_offset_samples, offset_step_ms=config.clock_offset_step_ms,
         )  # fmt: skip
         self._liveness = LivenessPlane(state, self._overlay, self._data_plane, self._repair_plane, self._replay)
+        self._guard = state.guard = IdentityGuard(state, lambda: self._overlay.publish(PeerPayload(config.address)))
         self._timers: dict[str, int] = {}
         self._armed: dict[str, int] = {}
         self._restored = False  # control state put back from the log (once, at the first Started)
@@ -176,6 +184,9 @@ class MeshEngine:
         """Consume one event at ``now_ms``; return the effects to carry out, in order."""
         state = self.state
         state.now = now_ms
+        if self._guard.stopped:  # our id is in use elsewhere and we came later: we take no part
+            self._guard.refuse(event)
+            return []
         state.out = out = []
         self._handlers[type(event)](event)
         data = self._data_plane
@@ -190,13 +201,17 @@ class MeshEngine:
 
     def _on_started(self, _: Started) -> None:
         state, now = self.state, self.state.now
+        state.begin_incarnation()
         self._armed.clear()  # a new runtime knows no timers yet: arm them all again
         if not self._restored:
             self._restored = True
             for origin, public_key, proof in state.store.keys():
                 state.keyring.learn(origin, public_key, proof)  # checked again: a rotated team drops old proofs
             self._liveness.unheard |= self._overlay.restore()
+        recorded = next((d.payload.address for d in state.control.entries(self.node_id)
+                         if isinstance(d.payload, PeerPayload)), None)  # fmt: skip
         self._overlay.publish(PeerPayload(self.config.address))
+        self._guard.started(recorded)
         self._timers[_GOSSIP] = now
         self._timers[_LIVENESS] = now + self.config.probe_interval_ms // 2
         self._repair_plane.next_round_at = now + state.jitter(self.config.repair_interval_ms)
@@ -236,13 +251,17 @@ class MeshEngine:
         verdict = admit_frame(
             event.frame, state.now, self_id=self.node_id, sealer=state.sealer, limits=self.config.limits,
             cache=state.decode_cache, replay=self._replay, keyring=state.keyring, learn_key=state.learn_key,
-            binding=state.binding, drop=state.drop,
+            binding=state.binding, drop=state.drop, self_address=self.config.address,
         )  # fmt: skip
         if verdict.__class__ is not tuple:
             if verdict is not OWN_FRAME:
                 counters.drops[verdict] += 1  # type: ignore[index]
             return
         sender_id, env = verdict  # type: ignore[misc]
+        if sender_id == self.node_id:  # under our id, from elsewhere: a copy of our key at work?
+            self._guard.own_frame(env)
+            return
+        self._guard.heard(sender_id, env.sender_address)
         peer = self._liveness.heard(sender_id, env.sender_address or event.address, event.address, env.type)
         if event.replies_ride:
             self._reply_peer = sender_id
@@ -322,4 +341,5 @@ class MeshEngine:
             "cells_delivered": c.cells_delivered,
             "repairs_requested": c.repairs_requested,
             "drops": dict(c.drops),
+            "identity": self._guard.status(),
         }

@@ -49,6 +49,9 @@ class Reason:
     STALE = "stale"  # control diff older than the version we hold
     NOT_OWNER = "not_owner"  # a beacon removal from a node that does not hold that beacon id (another does)
     QUOTA = "quota"  # a control diff that would take its origin past its share (MeshConfig.max_*_per_origin)
+    FORK = "fork"  # a second, different diff signed as one (origin, seq): the first is kept (mesh.identity_guard)
+    OWN_ID = "own_id"  # a frame or diff under our own node id that this node did not send or sign
+    IDENTITY_CONFLICT = "identity_conflict"  # refused: our id is in use elsewhere and we stopped (the newcomer)
     # sending
     QUEUE_FULL = "queue_full"  # bounded send queue overflowed: lowest energy dropped
     PEER_DEAD = "peer_dead"  # queued for a peer that was declared dead

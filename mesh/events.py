@@ -17,7 +17,7 @@ __all__ = [
     "Started", "CellStored", "CellForgotten", "BeaconPlaced", "BeaconRemoved", "SceneChanged",
     "PeerDiscovered", "FrameReceived", "FrameDelivered", "SendFailed", "TimerFired", "Event",
     "SendFrame", "StoreRemoteCell", "ApplyTombstone", "ApplyRemoteBeacon", "RemoveRemoteBeacon",
-    "ApplyScene", "SetTimer", "PeerStateChanged", "Effect",
+    "ApplyScene", "SetTimer", "PeerStateChanged", "IdentityConflict", "Effect",
 ]  # fmt: skip
 
 # -- events (inputs) --------------------------------------------------------------------
@@ -183,7 +183,38 @@ class PeerStateChanged:
     state: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class IdentityConflict:
+    """Two nodes use the key of ``node_id`` (a copied ``node.key``?): say so, as an error.
+
+    ``evidence`` is what showed it (:mod:`mesh.identity_guard`: ``own_diff``, ``own_frame``,
+    ``fork``, ``two_addresses``); ``address`` where the other user was heard, if known;
+    ``ours``: the id is this node's own; ``stopped``: this node stopped publishing (it is the
+    newcomer: it found its id already in use just after it started)."""
+
+    node_id: str
+    evidence: str
+    address: str
+    ours: bool
+    stopped: bool
+    detail: str = ""
+
+    def message(self) -> str:
+        """One line for the log and the status pages: what, where, and what follows."""
+        where = f" at {self.address}" if self.address else ""
+        seen = f"({self.evidence}: {self.detail})"
+        if not self.ours:
+            kept = " The first copy of each seq is kept, a later one dropped as a fork" if self.evidence == "fork" else ""
+            return f"node id {self.node_id} looks used by two nodes{where} {seen}: a copied node.key?{kept}"
+        if self.stopped:
+            return (f"this node's id {self.node_id} is already in use by another node{where} {seen}: this node "
+                    "started later, so it stopped publishing to the mesh. Give it an identity of its own: stop it, "
+                    "move node.key away, run `hyphae init`, and start it again")  # fmt: skip
+        return (f"this node's id {self.node_id} is also in use{where} {seen}: a copy of this node's key "
+                "(node.key) runs there? This node keeps its id; that one must stop and get a key of its own")  # fmt: skip
+
+
 Effect = Union[
     SendFrame, StoreRemoteCell, ApplyTombstone, ApplyRemoteBeacon, RemoveRemoteBeacon,
-    ApplyScene, SetTimer, PeerStateChanged,
+    ApplyScene, SetTimer, PeerStateChanged, IdentityConflict,
 ]  # fmt: skip

@@ -36,6 +36,10 @@ class DiffLog(Protocol):
     def put(self, diff: Diff, received_at: int) -> bool:
         """Append a diff (with its routing fields as received); False if already held."""
 
+    def signature(self, origin: str, seq: int) -> bytes | None:
+        """The signature of the diff held as ``(origin, seq)`` (None if none is held, or if it
+        was a control diff since superseded): another one is a fork (:mod:`mesh.identity_guard`)."""
+
     def cell(self, cell_id: str) -> Diff | None:
         """The diff that carried the cell with this id, if held."""
 
@@ -44,7 +48,8 @@ class DiffLog(Protocol):
         as ``(lsn, received_at, diff)``. Positions only grow."""
 
     def max_seq(self, origin: str) -> int:
-        """The highest seq held from ``origin`` (0 if none): restarts continue above it."""
+        """The highest seq held from ``origin`` (0 if none): a restart signs in a later
+        incarnation than this one's (:mod:`mesh.incarnation`)."""
 
     def control_diffs(self) -> list[Diff]:
         """The control diffs held (peer, beacon, unbeacon, scene), in log order: at least the
@@ -61,7 +66,7 @@ class MemoryDiffLog:
     """A :class:`DiffLog` in dictionaries; diffs are shared, never copied."""
 
     def __init__(self) -> None:
-        self._held: set[tuple[str, int]] = set()
+        self._held: dict[tuple[str, int], bytes] = {}  # (origin, seq) -> signature
         self._cells: dict[str, Diff] = {}
         self._lsns: list[int] = []
         self._received: list[int] = []
@@ -81,7 +86,7 @@ class MemoryDiffLog:
         key = (diff.origin, diff.seq)
         if key in self._held:
             return False
-        self._held.add(key)
+        self._held[key] = diff.signature
         if diff.seq > self._max_seq.get(diff.origin, 0):
             self._max_seq[diff.origin] = diff.seq
         lsn = self._next_lsn
@@ -95,6 +100,9 @@ class MemoryDiffLog:
         else:
             self._control.append(diff)
         return True
+
+    def signature(self, origin: str, seq: int) -> bytes | None:
+        return self._held.get((origin, seq))
 
     def cell(self, cell_id: str) -> Diff | None:
         return self._cells.get(cell_id)

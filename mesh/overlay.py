@@ -245,7 +245,7 @@ class FullOverlay:
         if diff.kind not in CONTROL_KINDS:
             state.drop(Reason.MALFORMED)
             return
-        if not self._admissible(diff) or not state.admit(diff, env.keys):
+        if not self._admissible(diff, env) or not state.admit(diff, env.keys):
             return
         room = self.quota.make_room(self.control, diff)
         if room is None:
@@ -272,10 +272,11 @@ class FullOverlay:
         elif isinstance(p, PeerPayload):
             self._peer_record(origin, p.address)
 
-    def _admissible(self, diff: Diff) -> bool:
+    def _admissible(self, diff: Diff, env: Envelope) -> bool:
         """Newer than what we hold of its origin (not ours); a rejection is counted."""
         if diff.origin == self.state.node_id or not self.control.is_new(diff):
-            self.state.drop(Reason.STALE)
+            if not self.state.guard.refused(diff, env.keys):  # else a fork, or not ours: counted there
+                self.state.drop(Reason.STALE)
             return False
         return True
 
@@ -494,7 +495,7 @@ class PartialOverlay(FullOverlay):
 
     # -- control diffs -----------------------------------------------------------------
 
-    def _admissible(self, diff: Diff) -> bool:
+    def _admissible(self, diff: Diff, env: Envelope) -> bool:
         """Within the radius, and newer than what we hold of its origin (which is at least as
         near as this copy says); a rejection is counted."""
         if not 1 <= diff.hops <= self.radius:
@@ -503,7 +504,8 @@ class PartialOverlay(FullOverlay):
         if diff.origin == self.state.node_id or not self.control.is_new(diff):
             if diff.origin in self.control.distance:
                 self.control.closer(diff.origin, diff.hops)
-            self.state.drop(Reason.STALE)
+            if not self.state.guard.refused(diff, env.keys):  # else a fork, or not ours: counted there
+                self.state.drop(Reason.STALE)
             return False
         return True
 

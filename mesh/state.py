@@ -15,9 +15,10 @@ the data plane and the overlay; repair calls the data plane and the overlay) and
 * ``now``, the clock reading of the event being handled, and ``out``, the effects it
   produces (both set by the engine for each event: time is passed in, never read), and
   whether the frame being handled came in a response to one of ours (``in_response``);
-* the acts every part performs: sign a diff of ours (one seq counter), admit a diff
-  (timestamp, membership, signature), send a frame (sealed, tagged as ours for its recipient
-  by the :class:`~mesh.frame_auth.SenderBinding`, counted), count a drop.
+* the acts every part performs: sign a diff of ours (one seq counter, in this run's
+  incarnation: :mod:`mesh.incarnation`), admit a diff (timestamp, membership, signature),
+  send a frame (sealed, tagged as ours for its recipient by the
+  :class:`~mesh.frame_auth.SenderBinding`, counted), count a drop.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .control import ControlState
 from .diffs import DATA_KINDS, DecodeCache, Diff, Payload, sign_diff
 from .events import Effect, SendFrame
 from .frame_auth import KeyAgreement, SenderBinding
+from .incarnation import resume_after
 from .membership import Keyring, Peer, PeerTable
 from .memory import DiffLog
 from .routing import BeaconIndex
@@ -105,13 +107,25 @@ class NodeState:
         self.now = 0
         self.out: list[Effect] = []
         self.in_response = False  # the frame being handled came back in a response to one of ours
-        self.seq = store.max_seq(node_id)
+        self.seq = store.max_seq(node_id)  # our latest seq: the log's until this run's incarnation begins
+        self.started_at: int | None = None  # when it began (the first Started or signature of this engine)
+        self.run_base = self.seq  # this run signs above it: every seq of ours above it is this run's
+        self.guard: Any = None  # the engine's IdentityGuard (mesh.identity_guard): told of diffs under our id, and forks
         self.data_sent_at: int | None = None  # our last frame of the data plane (see MeshEngine.data_idle)
         self.ping_ids = 0
         self._own_key = (public_key, proof)
 
+    def begin_incarnation(self) -> None:
+        """Once per engine: go on above anything of ours any earlier run signed, whatever the
+        log remembers (:mod:`mesh.incarnation`)."""
+        if self.started_at is None:
+            self.started_at = self.now
+            self.seq = self.run_base = resume_after(self.now, self.seq)
+
     def sign_new(self, payload: Payload) -> Diff:
         """A diff of ours, with the next seq."""
+        if self.started_at is None:
+            self.begin_incarnation()
         self.seq += 1
         return sign_diff(payload, origin=self.node_id, seq=self.seq, ts=self.now, sign=self.sign)
 

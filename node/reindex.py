@@ -22,6 +22,7 @@ from typing import Any
 import trio
 
 from .config import load_config
+from .data_dir import require_database
 from .embedding import Embedder, load_embedder
 from .errors import ConfigError
 from .lock import DataDirLock
@@ -63,6 +64,7 @@ async def reindex(
     """Re-embed what is not in the embedder's space and rebuild the indexes (when anything
     changed, or always with ``rebuild``). Returns what was done."""
     config = load_config(home)
+    require_database(config)
     lock = DataDirLock(config.lock_path)
     await trio.to_thread.run_sync(lock.acquire, 0)
     try:

@@ -30,6 +30,7 @@ from mesh.identity import NodeIdentity
 from . import cells as v
 from .agents import AgentAdmin
 from .config import NodeConfig
+from .data_dir import require_database
 from .delivery import Beacon, BeaconBook
 from .embedding import Embedder, load_embedder
 from .embedding.worker import EmbeddingWorker
@@ -150,6 +151,7 @@ class MemoryService:
         scheduler: Scheduler | None = None,
     ) -> "MemoryService":
         """Open the data dir: database, embedder, indexes (caught up or rebuilt), beacons."""
+        require_database(config)  # a lost database beside the key is refused, never re-created
         identity = load_node_key(config.key_path)
         if embedder is None:
             try:

@@ -42,7 +42,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     api_key = os.environ.get("HYPHAE_API_KEY", "")
     if not api_key:
         raise CliError("HYPHAE_API_KEY is not set; give the MCP host the key from `hyphae agent add NAME`", EXIT_AUTH)
-    load_config(args.home)  # no data dir: say so before starting anything
+    from node.data_dir import require_database
+
+    require_database(load_config(args.home))  # no data dir, or a lost database: say so before starting anything
     if running_daemon(args.home) is None and not key_is_active(args.home, api_key):
         raise Unauthenticated("HYPHAE_API_KEY is not valid for this data dir (unknown or revoked)")
     info = ensure_daemon(args.home)
@@ -99,6 +101,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             queued = sum(peer["queue_depth"] for peer in mesh["peers"])
             drops = sum((mesh.get("drops") or {}).values())
             print(f"mesh      team {mesh['team_id']} at {mesh['address']}: {summary}; queued {queued}; drops {drops}")
+            for conflict in (mesh.get("identity") or {}).get("conflicts", []):
+                print(f"identity  CONFLICT: {conflict.get('message', conflict['evidence'])}")
     if "stats" in status:
         stats = status["stats"]
         print(f"cells     {stats['cells']}  layers {stats['layers']}")
@@ -129,6 +133,8 @@ def cmd_peers(args: argparse.Namespace) -> int:
     drops = status.get("drops") or {}
     if drops:
         print("drops: " + ", ".join(f"{reason}={count}" for reason, count in sorted(drops.items())))
+    for conflict in (status.get("identity") or {}).get("conflicts", []):
+        print(paint("identity conflict: ", "red", sys.stdout) + conflict.get("message", conflict["evidence"]))
     return EXIT_OK
 
 

@@ -105,6 +105,17 @@ class SqliteDiffLog:
 
         return job
 
+    def signature(self, origin: str, seq: int) -> bytes | None:
+        """Asked only of a diff we hold a copy of (a duplicate), to tell a fork from it."""
+        if (origin, seq) not in self._held:
+            return None
+        with self._rows_lock:
+            for row, diff in self._rows:
+                if diff.origin == origin and diff.seq == seq:
+                    return diff.signature
+        row = self.db.query_one("SELECT signature FROM mesh_log WHERE origin = ? AND seq = ?", (origin, seq))
+        return bytes(row[0]) if row else None
+
     def cell(self, cell_id: str) -> Diff | None:
         pending = self._pending_cells.get(cell_id)
         if pending is not None:

@@ -71,6 +71,19 @@ def same(a: Diff, b: Diff) -> bool:
     )  # fmt: skip
 
 
+def test_a_held_diff_gives_its_signature_to_tell_a_fork_from_it(subject):
+    log = subject.log
+    diff = signed(cell("c9"), seq=4)
+    assert log.signature(ALICE.node_id, 4) is None
+    log.put(diff, 10)
+    assert log.signature(ALICE.node_id, 4) == diff.signature  # before its write lands, as ``has``
+    subject.settle()
+    assert log.signature(ALICE.node_id, 4) == diff.signature
+    assert log.signature(BOB.node_id, 4) is None and log.signature(ALICE.node_id, 5) is None
+    if subject.reopen is not None:
+        assert subject.reopen().signature(ALICE.node_id, 4) == diff.signature
+
+
 def test_a_diff_put_is_held_at_once_and_only_once(subject):
     log = subject.log
     diff = signed(cell("c1"), seq=3)

@@ -102,11 +102,12 @@ def test_tampered_signatures_and_contents_are_rejected(team, bob):
 
 
 def test_replays_are_rejected(team, bob):
-    data = frame(team, MALLORY, diff_from(MALLORY))
+    diff = diff_from(MALLORY)
+    data = frame(team, MALLORY, diff)
     assert len(stored(deliver(bob, data))) == 1
     assert stored(deliver(bob, data, now=NOW + 50)) == []  # the same sealed frame again
     assert bob.counters.drops[Reason.REPLAY] == 1
-    resent = frame(team, MALLORY, diff_from(MALLORY), sent_at=NOW + 60)  # the same diff, a new frame
+    resent = frame(team, MALLORY, diff, sent_at=NOW + 60)  # the same diff, a new frame
     assert stored(deliver(bob, resent, now=NOW + 70)) == []
     assert bob.counters.drops[Reason.DUPLICATE] == 1
     stale = frame(team, MALLORY, diff_from(MALLORY, seq=5), sent_at=NOW - 10 * 60_000)
