@@ -24,7 +24,8 @@ def twin(original: MeshEngine, address: str, log: MemoryDiffLog) -> MeshEngine:
     """A node at ``address`` on ``original``'s key, over ``log`` (a copy of its data dir's)."""
     return MeshEngine(
         original.node_id, dataclasses.replace(original.config, address=address), log, energy=ENERGY,
-        signer=original._sign, public_key=original.public_key, rng=random.Random(address),
+        signer=original._sign, public_key=original.public_key, key_agreement=original._agree,
+        rng=random.Random(address),
     )  # fmt: skip
 
 

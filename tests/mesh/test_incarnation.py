@@ -27,7 +27,7 @@ def restart_on(mesh: Mesh, name: str, log: MemoryDiffLog) -> MeshEngine:
     old = mesh.net.hosts.pop(name).engine
     engine = MeshEngine(
         old.node_id, dataclasses.replace(old.config), log, energy=ENERGY, signer=old._sign,
-        public_key=old.public_key, rng=random.Random(name),
+        public_key=old.public_key, key_agreement=old._agree, rng=random.Random(name),
     )  # fmt: skip
     mesh.net.add(engine)
     mesh.net.start(name)
