@@ -6,8 +6,8 @@ and its sender tag must be that member's (:mod:`mesh.frame_auth`): the team key 
 only that *some* member sealed it. Only then is it checked for replay and clock skew against
 its sender's clock (:class:`ReplayWindow`), so no frame sealed in another's name moves the
 estimate of that member's clock. A diff that does not decode (malformed, or a cell that
-breaks the cell rules) is one counted drop of its own, once its frame is let in, and the
-frame's other diffs go on (``drop``).
+breaks the cell rules) is one counted drop of its own, and the frame's other diffs go on
+(``drop``).
 Every diff is then checked for its timestamp, its origin's membership and its signature
 (:func:`admit_diff`). A rejection is a *drop reason* (:class:`mesh.errors.Reason`), which the
 engine counts in ``counters.drops``; nothing raises out of admission for bad input.
@@ -134,6 +134,8 @@ def admit_frame(
         env = decode_envelope(opened.plaintext, limits, cache, drop_bad_diffs=drop is not None)
     except MeshError as exc:
         return exc.reason
+    for reason in env.rejected:  # diffs that did not decode: one drop each, the frame goes on
+        drop(reason)  # type: ignore[misc]
     sender_id = opened.sender_id
     if sender_id == self_id:
         if self_address is not None and env.sender_address != self_address:
@@ -149,8 +151,6 @@ def admit_frame(
     reason = replay.admit(sender_id, env.sent_at, opened.nonce, now)
     if reason is not None:
         return reason
-    for reason in env.rejected:  # diffs of a frame let in that did not decode: one drop each
-        drop(reason)  # type: ignore[misc]
     return sender_id, env
 
 
