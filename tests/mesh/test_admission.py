@@ -80,6 +80,7 @@ def test_a_first_frame_is_judged_against_the_skew_to_the_millisecond(team, sampl
     bob, sender = receiver(team), Sender(team)
     assert heard(bob, sender.frame(NOW + sample), NOW) is admitted
     assert dict(bob.counters.drops) == ({} if admitted else {reason: 1})
+    assert len(bob.peers) == (1 if admitted else 0)  # a refused frame leaves no trace but the count
 
 
 # -- later frames: judged against the sender's own clock, as tracked -----------------------------
@@ -170,6 +171,33 @@ def test_every_frame_is_counted_with_its_bytes_whatever_becomes_of_it(team):
         bob.handle(FrameReceived("x", data), NOW)
     assert (bob.counters.frames_received, bob.counters.bytes_received) == (4, sum(map(len, frames)))
     assert dict(bob.counters.drops) == {Reason.DECRYPT_FAILED: 1, Reason.REPLAY: 1}
+
+
+def test_a_members_key_once_verified_is_remembered_for_its_diffs(team):
+    """A relay's frame names its own key; the origin of a diff in it was verified before."""
+    bob, origin, relay = receiver(team), Sender(team), Sender(team)
+    assert heard(bob, origin.frame(NOW), NOW)
+    relayed = diff_from(origin.identity, cell(unit(3), at=NOW), ts=NOW)
+    own_key_only = {relay.identity.node_id: (relay.identity.public_key, relay.proof)}
+    bob.handle(FrameReceived("x", relay.frame(NOW, relayed, keys=own_key_only)), NOW)
+    assert bob.counters.cells_delivered == 1 and not bob.counters.drops
+
+
+@pytest.mark.parametrize("mtype, invited, neighbour", [
+    (MsgType.PING, True, True),  # a seed we contacted, heard from the address we dialled
+    (MsgType.PING, False, False),  # a ping alone does not make a neighbour
+    (MsgType.GOSSIP, False, True),  # gossip does, while there is room
+])  # fmt: skip
+def test_a_partial_view_takes_as_neighbour_a_contacted_seed_or_a_peer_that_gossips(team, mtype, invited, neighbour):
+    from mesh.events import PeerDiscovered
+
+    bob, seed = receiver(team, view="partial"), Sender(team, address="seed.example:7979")
+    if invited:
+        bob.handle(PeerDiscovered("10.0.0.9:7979"), NOW)  # dialled by address; it announces another name
+    env = Envelope(mtype, NOW, seed.address, {seed.identity.node_id: (seed.identity.public_key, seed.proof)}, nonce=1)
+    bob.handle(FrameReceived("10.0.0.9:7979", team.sealer().seal(seed.identity.node_id, encode_envelope(env))), NOW)
+    (peer,) = list(bob.peers)
+    assert peer.neighbour is neighbour
 
 
 # -- the keyring -------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ async def queue_in_order(nursery: trio.Nursery, runtime: MeshRuntime, deliveries
     for deliver, *args in deliveries:
         queued = runtime.counters["frames_queued"]
         nursery.start_soon(deliver, *args)
-        await eventually(lambda: runtime.counters["frames_queued"] > queued)  # the frame queued
+        await eventually(lambda: runtime.counters["frames_queued"] > queued)
 
 
 class CommitLog:
@@ -106,7 +106,7 @@ async def test_frames_queued_during_a_commit_share_the_next_one_and_their_acks_w
             await sink.entered.wait()  # c1's commit is open: the engine task is busy
             await queue_in_order(nursery, runtime, [(deliver, "c2", True), (deliver, "c3", False), (deliver, "c4", True)])
             sink.gate.set()
-            await eventually(lambda: len(replies) == 4 and len(transport.sent) == 1)  # every reply and send
+            await eventually(lambda: len(replies) == 4 and len(transport.sent) == 1)
             nursery.cancel_scope.cancel()
 
     assert sink.runs == [["c1"], ["c2", "c3", "c4"]]  # the queued frames: one commit, not three
@@ -130,7 +130,7 @@ async def test_a_sink_effect_between_cells_keeps_its_place():
             for name in ("c2", "state-x", "c3", "c4"):
                 await runtime.receive_frame("peer:1", name.encode())  # queued; no reply awaited
             sink.gate.set()
-            await eventually(lambda: ("committed", "c4") in log)  # the last commit
+            await eventually(lambda: ("committed", "c4") in log)
             nursery.cancel_scope.cancel()
 
     assert sink.runs == [["c1"], ["c2"], ["c3", "c4"]]

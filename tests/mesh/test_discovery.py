@@ -13,7 +13,7 @@ from mesh.events import BeaconPlaced, CellStored, PeerDiscovered
 from mesh.runtime import SERVICE_TYPE, Discovery
 from mesh.team import Team
 
-from .test_runtime import beacon, cell, eventually, make_nodes, unit, wall_ms
+from .test_runtime import beacon, cell, eventually, make_nodes, unit, wall_ms  # noqa: F401 (make_nodes: a fixture)
 
 LOOPBACK = ["127.0.0.1"]
 
@@ -83,17 +83,17 @@ async def test_team_mates_find_each_other_strangers_are_ignored_and_leaving_unre
     alice = discovery(team.id_hash, 7001, found[0])
     bob = discovery(team.id_hash, 7002, found[1])
     mallory = discovery(stranger_team.id_hash, 7003, found[2])
-    with trio.fail_after(15):
+    with trio.fail_after(60):  # a hang guard only
         async with trio.open_nursery() as nursery:
             scopes = await start_all(nursery, alice, bob, mallory)
-            await eventually(lambda: bob.node_id in found[0].node_ids() and alice.node_id in found[1].node_ids())  # alice and bob finding each other  # fmt: skip
+            await eventually(lambda: bob.node_id in found[0].node_ids() and alice.node_id in found[1].node_ids())
             assert ("127.0.0.1:7002", bob.node_id) in found[0].calls
             assert ("127.0.0.1:7001", alice.node_id) in found[1].calls
-            await eventually(lambda: mallory.ignored >= 2 and alice.ignored >= 1)  # mallory's record being seen
+            await eventually(lambda: mallory.ignored >= 2 and alice.ignored >= 1)
             assert mallory.node_id not in found[0].node_ids() | found[1].node_ids() and found[2].calls == []
 
             scopes[bob].cancel()  # bob leaves: his goodbye removes him from alice's view
-            await eventually(lambda: bob.node_id not in alice.peers)  # bob's record going away
+            await eventually(lambda: bob.node_id not in alice.peers)
             assert alice.peers == {}
             nursery.cancel_scope.cancel()
 
@@ -102,7 +102,7 @@ async def test_two_runtimes_introduced_by_zeroconf_alone_deliver_a_cell(make_nod
     a, b = make_nodes("alice", "bob")
     team_hash = a.engine.config.team.id_hash
     topic = beacon(unit(9))
-    with trio.fail_after(20):
+    with trio.fail_after(60):  # a hang guard only
         async with trio.open_nursery() as nursery:
             for node in (a, b):
                 await node.start(nursery)
@@ -114,11 +114,11 @@ async def test_two_runtimes_introduced_by_zeroconf_alone_deliver_a_cell(make_nod
                 Discovery(node_id=n.node_id, team_hash=team_hash, port=n.port, on_peer=proposer(n), interfaces=LOOPBACK)
                 for n in (a, b)
             ))  # fmt: skip
-            await eventually(lambda: len(a.engine.peers) == 1 and len(b.engine.peers) == 1)  # the mesh forming
+            await eventually(lambda: len(a.engine.peers) == 1 and len(b.engine.peers) == 1)
             b.submit(BeaconPlaced(topic))
-            await eventually(lambda: a.sink.knows_beacon(topic.beacon_id))  # the beacon replicating
+            await eventually(lambda: a.sink.knows_beacon(topic.beacon_id))
             stored = cell(unit(9), created_at=wall_ms())
             a.submit(CellStored(stored))
-            await eventually(lambda: stored.node_id in b.sink.cells())  # the cell arriving
+            await eventually(lambda: stored.node_id in b.sink.cells())
             assert b.sink.cells()[stored.node_id].origin_node == a.node_id
             nursery.cancel_scope.cancel()

@@ -252,9 +252,25 @@ async def test_a_forget_is_handed_to_the_mesh_once_with_its_time(service, make_a
     service.mesh = hooks = RecordingHooks()
     with trio.fail_after(10), clock.frozen() as now:
         await service.forget(alice, node_id=node_id)
+    assert hooks.calls == [("cell_forgotten", node_id, alice.tenant_id, now)]  # at once, not on a later call
     with trio.fail_after(10):
         assert (await service.forget(alice, node_id=node_id))["forgotten_at"] == now  # again: nothing new
     assert hooks.calls == [("cell_forgotten", node_id, alice.tenant_id, now)]
+
+
+async def test_refusals_name_the_cell_and_why(service, make_agent):
+    from tests.node.helpers import rejected
+
+    alice, _ = await make_agent(projects=["apollo"])
+    bob, _ = await make_agent()
+    mine = (await service.store(alice, content="apollo's launch window", cell_type="Fact", project="apollo"))["node_id"]
+    elsewhere = (await service.store(bob, content="gemini's budget", cell_type="Fact", project="gemini"))["node_id"]
+    missing = str(uuid.uuid4())
+    assert missing in (await rejected(service.get_cell(alice, node_id=missing), "not_found", "node_id")).message
+    outside = await rejected(service.get_cell(alice, node_id=elsewhere), "forbidden", "node_id")
+    assert elsewhere in outside.message and "'gemini'" in outside.message
+    not_yours = await rejected(service.forget(bob, node_id=mine), "forbidden", "node_id")
+    assert not_yours.message == "only the agent that stored a cell may forget it"
 
 
 async def test_a_cell_from_another_embedding_space_is_embedded_again_here_once(service, make_agent):
