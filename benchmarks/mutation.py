@@ -31,13 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # mutmut names a mutant after its function: module.x_function or module.xǁClassǁmethod.
 SEP = "ǁ"
 GUARDS: dict[str, list[str]] = {
-    # what a frame from the network must pass before anything is believed (mesh/engine.py's intake)
-    "engine admission": [
-        f"mesh.engine.x{SEP}MeshEngine{SEP}{name}__mutmut_*"
-        for name in ("_on_frame_received", "_fresh", "_admit", "_learn_key", "_forgets_own_cell")
+    # what a frame from the network must pass before anything is believed (mesh/admission.py),
+    # and the data plane's check that only a cell's origin forgets it
+    "admission": [
+        "mesh.admission.x_admit_frame__mutmut_*", "mesh.admission.x_admit_diff__mutmut_*",
+        f"mesh.admission.x{SEP}ReplayWindow{SEP}*",
+        f"mesh.data_plane.x{SEP}DataPlane{SEP}_forgets_own_cell__mutmut_*",
     ],
+    # who sealed a frame: the sender tag only its sender and the recipient can make
+    "sender binding": [f"mesh.frame_auth.x{SEP}SenderBinding{SEP}*"],
     # wire verification: the signed bytes and the keys a frame carries
-    "wire verification": ["mesh.wire.x_decode_signed__mutmut_*", "mesh.wire.x__key_entry__mutmut_*"],
+    "wire verification": ["mesh.diffs.x_decode_signed__mutmut_*", f"mesh.diffs.x{SEP}DecodeCache{SEP}key_entry__mutmut_*"],
     # membership: a key is a member's only with the team's proof
     "membership": [f"mesh.membership.x{SEP}Keyring{SEP}*"],
     # repair: what a responder sends, where a requester resumes, what an origin owes
@@ -46,13 +50,15 @@ GUARDS: dict[str, list[str]] = {
     "facade scope": [
         f"node.service.x{SEP}MemoryService{SEP}{name}__mutmut_*"
         for name in ("_cell_in_scope", "forget", "apply_tombstone", "ingest_remote_many")
-    ],
+    ] + [f"node.inbound.x{SEP}InboundPort{SEP}{name}__mutmut_*" for name in ("apply_tombstone", "store_cells")],
     # the store's connections: durable settings on every one, one reader per thread. Database._commit
     # is left out: nearly every test writes, and its mutants that stop the writer hang each test
     # until its guard (about 3 min a mutant, over an hour for its 52 on 2 cores). Its two promises
     # (no answer before COMMIT; synchronous=FULL) are pinned by tests/node/test_database.py, each
     # seen to fail with the one-line change (RELIABILITY.md, "Blind spots").
-    "commit path": ["node.database.x__connect__mutmut_*", f"node.database.x{SEP}Database{SEP}reader__mutmut_*"],
+    "commit path": [
+        "node.store.database.x__connect__mutmut_*", f"node.store.database.x{SEP}Database{SEP}reader__mutmut_*",
+    ],
 }
 
 
