@@ -195,7 +195,8 @@ def test_a_partial_view_takes_as_neighbour_a_contacted_seed_or_a_peer_that_gossi
     if invited:
         bob.handle(PeerDiscovered("10.0.0.9:7979"), NOW)  # dialled by address; it announces another name
     env = Envelope(mtype, NOW, seed.address, {seed.identity.node_id: (seed.identity.public_key, seed.proof)}, nonce=1)
-    bob.handle(FrameReceived("10.0.0.9:7979", team.sealer().seal(seed.identity.node_id, encode_envelope(env))), NOW)
+    sealed = team.sealer().seal(seed.identity.node_id, encode_envelope(env), FrameAuth(AUTH_SIGNED, seed.identity.sign))
+    bob.handle(FrameReceived("10.0.0.9:7979", sealed), NOW)
     (peer,) = list(bob.peers)
     assert peer.neighbour is neighbour
 
