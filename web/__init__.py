@@ -6,12 +6,26 @@ ours. :mod:`.server` serves ASGI apps; :mod:`.asgi` reads bodies with a cap, ans
 lifespan scope and writes whole responses; :mod:`.origins` holds the loopback checks.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .asgi import BodyTooLarge, ClientGone, WebError
 from .origins import is_loopback_host, is_loopback_origin
-from .server import HttpLimits, serve_asgi, serve_http, server_choice
+
+if TYPE_CHECKING:
+    from .server import HttpLimits, serve_asgi, serve_http, server_choice
 
 __all__ = [
     "HttpLimits", "serve_asgi", "serve_http", "server_choice",
     "WebError", "BodyTooLarge", "ClientGone",
     "is_loopback_origin", "is_loopback_host",
 ]  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    """The server's names load on first use: ``hyphae mcp`` relays over the local socket and
+    reads only the toolkit, and must not pay for h11 and the server to start."""
+    if name in ("HttpLimits", "serve_asgi", "serve_http", "server_choice"):
+        from . import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

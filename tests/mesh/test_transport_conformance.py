@@ -27,21 +27,11 @@ from mesh.runtime import (
 from mesh.team import Team
 from mesh.testing import make_engine
 from mesh.wire import BeaconPayload, CellPayload
-from node.energy import EnergyModel
 
-ENERGY = EnergyModel()
-DIM = 16
-FAST = dict(
-    gossip_interval_ms=100, probe_interval_ms=300, ping_timeout_ms=250, suspect_timeout_ms=600,
-    dead_probe_interval_ms=400, repair_interval_ms=1000, ack_timeout_ms=300, max_attempts=3, flush_interval_ms=2,
-)  # fmt: skip
+from .test_runtime import ENERGY, FAST, unit
+
 HANG_GUARD = 60  # seconds: only a hung test ever meets it
 _ids = itertools.count()
-
-
-def unit(seed: int) -> np.ndarray:
-    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
-    return v / np.linalg.norm(v)
 
 
 def cell(vector: np.ndarray) -> CellPayload:
