@@ -27,8 +27,10 @@ DEFAULT_API = "127.0.0.1:7777"
 DEFAULT_MESH = "0.0.0.0:7979"
 # Calibrated on benchmarks/data/beacon_pairs.json with the built-in embedder.
 DEFAULT_BEACON_THRESHOLD = 0.28
+# Hybrid recall (node.retrieval): chosen by the sweep in benchmarks/hybrid_sweep.py (BENCHMARKS.md).
+DEFAULT_LEXICAL_WEIGHT = 0.2
 
-_SECTIONS = {"node", "api", "mesh", "embedder", "energy", "beacons", "storage"}
+_SECTIONS = {"node", "api", "mesh", "embedder", "energy", "beacons", "storage", "recall"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,8 @@ class NodeConfig:
     group_commit_ms: float = 2.0
     rate_limit: float = DEFAULT_RATE  # calls per second per API key; 0: no limit
     rate_burst: int = DEFAULT_BURST
+    hybrid_recall: bool = True  # [recall] hybrid: BM25 fused with the dense ranking
+    lexical_weight: float = DEFAULT_LEXICAL_WEIGHT  # [recall] lexical_weight: what the best BM25 match adds
 
     @property
     def db_path(self) -> Path:
@@ -107,6 +111,12 @@ provider = "builtin"
 [beacons]
 default_threshold = {DEFAULT_BEACON_THRESHOLD}
 
+[recall]
+# recall, query and search rank by meaning (the embedder's cosine) and by words (BM25 over the content):
+# a cell scores its cosine + lexical_weight x its BM25 score / the best one. false: by meaning alone.
+hybrid = true
+# lexical_weight = {DEFAULT_LEXICAL_WEIGHT}
+
 [storage]
 # While writes arrive together, a lone write waits this long for others to share its fsync'd transaction
 # (queued writes commit at once; a client that waits for each answer before writing again never waits).
@@ -142,6 +152,13 @@ def load_config(home: Path) -> NodeConfig:
     mesh = _table(data, "mesh", {"listen", "peers", "discovery"}, path)
     beacons = _table(data, "beacons", {"default_threshold"}, path)
     storage = _table(data, "storage", {"group_commit_ms"}, path)
+    recall = _table(data, "recall", {"hybrid", "lexical_weight"}, path)
+    hybrid = recall.get("hybrid", True)
+    if not isinstance(hybrid, bool):
+        raise ConfigError(f"{path}: [recall] hybrid must be true or false, not {hybrid!r}")
+    lexical_weight = _number(recall, "lexical_weight", DEFAULT_LEXICAL_WEIGHT, path, "recall")
+    if not 0.0 <= lexical_weight <= 1.0:
+        raise ConfigError(f"{path}: [recall] lexical_weight must be between 0 and 1")
     if "tenant_id" not in node:
         raise ConfigError(f"{path}: [node] tenant_id is missing")
     try:
@@ -178,6 +195,8 @@ def load_config(home: Path) -> NodeConfig:
         group_commit_ms=group_commit_ms,
         rate_limit=rate_limit,
         rate_burst=int(rate_burst),
+        hybrid_recall=hybrid,
+        lexical_weight=lexical_weight,
     )
 
 

@@ -45,9 +45,11 @@ from .metrics import NodeMetrics, observed
 from .principals import Principal
 from .ratelimit import RateLimiter
 from .reinforcement import RecallReinforcement, Scheduler, ThreadScheduler
+from .retrieval import candidate_depth, cosine_distances, fuse
 from .sessions import Sessions
 from .shaping import cell_dict
 from .store import PendingWrite, Store, StoredCell, Transaction
+from .store.lexical import match_expression
 from .waking import Waker
 
 __all__ = ["MemoryService", "MeshHooks", "Clock"]
@@ -358,8 +360,24 @@ class MemoryService:
         allowed = self.layers.catalog.mask_for(
             principal.tenant_id, principal.projects, cell_types, only_project=project
         )
-        hits = self.layers.search(layer, vector, k, allowed)
-        return [(rowid, max(0.0, float(distance))) for rowid, distance in hits]
+        expression = match_expression(query) if self.config.hybrid_recall else None
+        depth = k if expression is None else candidate_depth(k)
+        dense = [(rowid, max(0.0, float(d))) for rowid, d in self.layers.search(layer, vector, depth, allowed)]
+        if expression is None:
+            return dense
+        lexical = self.storage.lexical.search(
+            expression, tenant_id=principal.tenant_id, layer=layer, space=self.embedder.space,
+            projects=principal.projects, cell_types=cell_types, only_project=project, limit=depth,
+        )  # fmt: skip
+        if lexical:
+            # The same scope mask as the dense side, over what SQL already scoped: one rule, applied twice.
+            keep = allowed(np.array([rowid for rowid, _ in lexical], dtype=np.int64))
+            lexical = [(rowid, -score) for (rowid, score), ok in zip(lexical, keep) if ok]  # bm25(): lower is better
+
+        def distances_of(rowids: list[int]) -> dict[int, float]:
+            return cosine_distances(vector, self.storage.cells.vectors(rowids))
+
+        return fuse(dense, lexical, k, distances_of, lexical_weight=self.config.lexical_weight)
 
     # -- reinforcement ------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..cells import Cell
+from .lexical import LexicalIndex
 
 if TYPE_CHECKING:
     from .database import Database, Transaction
@@ -77,6 +78,7 @@ def _stored(row: tuple) -> StoredCell:
 class CellStore:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.lexical = LexicalIndex(db)  # kept in step here: on insert and on erasure, same transaction
 
     def _conn(self, tx: Transaction | None) -> Any:
         """The job's transaction when there is one, else this thread's reader."""
@@ -85,19 +87,22 @@ class CellStore:
     # -- the one insert path ---------------------------------------------------------
 
     def insert(self, tx: Transaction, cell: Cell, *, energy0: float, layer: str, stored_at: int) -> int:
-        """Write ``cell`` as a new row; returns its rowid. A cell with ``forgotten_at`` set
-        is written as a tombstone: no content, no vector, forgotten by its author."""
+        """Write ``cell`` as a new row (a live one joins the lexical index in the same
+        transaction); returns its rowid. A cell with ``forgotten_at`` set is written as a
+        tombstone: no content, no vector, no index entry, forgotten by its author."""
         live = cell.forgotten_at is None
+        source_ref = json.dumps(cell.source_ref) if cell.source_ref else None
         values = (
             cell.node_id, cell.tenant_id, cell.source_agent, cell.origin_node, cell.content if live else "",
-            cell.cell_type, cell.salience, energy0, cell.scene_id, cell.session_id, cell.project,
-            json.dumps(cell.source_ref) if cell.source_ref else None,
+            cell.cell_type, cell.salience, energy0, cell.scene_id, cell.session_id, cell.project, source_ref,
             json.dumps(cell.metadata, separators=(",", ":")) if cell.metadata else "{}", cell.created_at, stored_at,
             layer, np.asarray(cell.embedding, dtype=np.float32).tobytes() if live else b"", cell.embedding_space,
             cell.hops, cell.signature,
         )  # fmt: skip
         if live:
-            return tx.execute(_INSERT, values).lastrowid
+            rowid = tx.execute(_INSERT, values).lastrowid
+            self.lexical.add(tx, rowid, cell.content, source_ref)
+            return rowid
         return tx.execute(_INSERT_TOMBSTONE, (*values, cell.forgotten_at, cell.source_agent)).lastrowid
 
     def exists(self, node_id: str, tx: Transaction | None = None) -> bool:
@@ -158,6 +163,16 @@ class CellStore:
             metadata=json.loads(metadata), hops=hops, signature=signature,
         )  # fmt: skip
 
+    def vectors(self, rowids: list[int]) -> dict[int, np.ndarray]:
+        """The vectors of the live cells among ``rowids`` (a lexical hit's dense distance)."""
+        if not rowids:
+            return {}
+        marks = ",".join("?" * len(rowids))
+        rows = self.db.query(
+            f"SELECT rowid, embedding FROM cells WHERE rowid IN ({marks}) AND forgotten_at IS NULL", rowids
+        )
+        return {rowid: np.frombuffer(blob, dtype=np.float32) for rowid, blob in rows if blob}
+
     def live_count(self) -> int:
         (count,) = self.db.query_one("SELECT COUNT(*) FROM cells WHERE forgotten_at IS NULL")
         return count
@@ -198,8 +213,10 @@ class CellStore:
         return tx.execute("SELECT rowid, origin_node, forgotten_at FROM cells WHERE node_id = ?", (node_id,)).fetchone()
 
     def erase(self, tx: Transaction, rowid: int, forgotten_at: int, forgotten_by: str | None = None) -> None:
-        """Make a cell a tombstone: content and vector gone, the record kept. Forgotten by
-        ``forgotten_by``, or by its author when that is not given (a tombstone from the mesh)."""
+        """Make a cell a tombstone: content, vector and lexical index entry gone, the record
+        kept. Forgotten by ``forgotten_by``, or by its author when that is not given (a
+        tombstone from the mesh)."""
+        self.lexical.remove(tx, rowid)  # first: it reads the words to remove from the row
         tx.execute(
             "UPDATE cells SET content = '', embedding = x'', forgotten_at = ?, "
             "forgotten_by = COALESCE(?, source_agent) WHERE rowid = ?",

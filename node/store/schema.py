@@ -174,6 +174,17 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (origin, seq)
         )""",
     ],
+    # v5: the lexical index (node.store.lexical): FTS5 over the live cells' content and source
+    # reference, with ``cells`` as its external content (no second copy of the text), filled
+    # here for the cells already stored. Tombstones never enter it.
+    [
+        """CREATE VIRTUAL TABLE cells_fts USING fts5(
+            content, source_ref, content = 'cells', content_rowid = 'rowid',
+            tokenize = 'unicode61 remove_diacritics 2'
+        )""",
+        """INSERT INTO cells_fts (rowid, content, source_ref)
+           SELECT rowid, content, source_ref FROM cells WHERE forgotten_at IS NULL""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

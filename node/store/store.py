@@ -29,6 +29,7 @@ class Store:
         self.db = db
         self.agents = AgentStore(db)
         self.cells = CellStore(db)
+        self.lexical = self.cells.lexical  # BM25 over the cells (node.store.lexical)
         self.members = LayerMembers(db)
         self.beacons = BeaconStore(db)
         self.inbox = Inbox(db)

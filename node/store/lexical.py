@@ -1,0 +1,149 @@
+"""The lexical index: SQLite FTS5 over each live cell's content and source reference.
+
+Small dense models blur identifiers: a ticket id (``PAY-1432``), a file path, a
+``snake_case`` or dotted name, a version number. BM25 over the words themselves finds
+them, and :mod:`node.retrieval` fuses the two rankings. The index is an *external
+content* FTS5 table over ``cells`` (no second copy of the text), maintained by hand on
+the one insert path and on erasure, in the same transaction as the row's own change:
+
+- a live cell is added by :meth:`LexicalIndex.add` right after its row is inserted;
+- a cell that is forgotten (locally, by a tombstone from the mesh) is removed by
+  :meth:`LexicalIndex.remove` *before* its content is erased, from the row itself, so the
+  tokens removed are exactly the tokens that were added;
+- a tombstone written whole (an imported one) never enters it.
+
+Tokenizer: ``unicode61`` with ``remove_diacritics 2`` (the default folding) and no extra
+token characters. An identifier is split into its parts (``pay-1432`` into ``pay`` ``1432``,
+``cells.py`` into ``cells`` ``py``) and every query term is sent as a quoted FTS5 *phrase*,
+which FTS5 tokenizes the same way: ``PAY-1432`` matches those two tokens side by side,
+exactly, and ``cells`` alone still finds ``cells.py``. ``tokenchars '-_.'`` was measured
+against it (BENCHMARKS.md, "Hybrid recall"): it glues sentence-final full stops to words
+(``backend.``), so plain words stop matching. ``trigram`` matches substrings but scores
+worse on paraphrased questions and triples the index.
+
+Query text is untrusted. :func:`match_expression` never passes FTS5 syntax through: each
+whitespace-separated term is stripped of control characters, double quotes are doubled,
+and the term is wrapped in quotes (a string, never an operator, a column filter, a prefix
+``*`` or ``NEAR``); the terms are joined with ``OR`` (BM25 ranks documents matching many
+and rare terms first). Terms with no letter or digit, and a short list of English
+function words, are left out; when nothing is left the query is dense only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import unicodedata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .database import Database, Transaction
+
+__all__ = ["LexicalIndex", "match_expression", "MAX_TERMS"]
+
+MAX_TERMS = 32  # a query of 8 KiB is not 1,000 OR-ed phrases: the first 32 distinct terms
+
+# Function words: near-zero IDF, but each one OR-ed in makes FTS5 score most of the table.
+_STOPWORDS = frozenset(
+    """a about above after again all am an and any are as at be been before being below between both but by
+    can could did do does doing down during each few for from further had has have having he her here hers him
+    his how i if in into is it its itself just me more most my no nor not now of off on once only or other our
+    ours out over own same she should so some such than that the their theirs them then there these they this
+    those through to too under until up very was we were what when where which while who whom why will with
+    would you your yours""".split()
+)
+
+
+def _clean(term: str) -> str:
+    """A term without control characters (FTS5 strings end at a NUL) or unencodable ones."""
+    kept = "".join(ch for ch in term if unicodedata.category(ch)[0] != "C")
+    return kept.encode("utf-8", "ignore").decode("utf-8")
+
+
+def match_expression(text: str, *, stopwords: bool = False) -> str | None:
+    """An FTS5 MATCH expression for free text: its terms as quoted phrases joined by OR, or
+    None when no term is left (the caller then searches densely only). Never raises, and
+    nothing in ``text`` is read as FTS5 syntax."""
+    phrases: list[str] = []
+    seen: set[str] = set()
+    for raw in str(text).split():
+        term = _clean(raw).strip(".,;:!?()[]{}<>'\"`").lower()
+        if not any(ch.isalnum() for ch in term):
+            continue
+        if stopwords and term in _STOPWORDS:
+            continue
+        if term in seen:
+            continue
+        seen.add(term)
+        phrases.append('"' + term.replace('"', '""') + '"')
+        if len(phrases) == MAX_TERMS:
+            break
+    return " OR ".join(phrases) if phrases else None
+
+
+class LexicalIndex:
+    """``cells_fts``: what BM25 ranks. Writes take the job's transaction; reads use this
+    thread's reader connection."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- writes (inside the cell's own job) --------------------------------------------------
+
+    def add(self, tx: Transaction, rowid: int, content: str, source_ref: str | None) -> None:
+        """Index a live cell just inserted (the same values its row holds)."""
+        tx.execute("INSERT INTO cells_fts (rowid, content, source_ref) VALUES (?, ?, ?)", (rowid, content, source_ref))
+
+    def remove(self, tx: Transaction, rowid: int) -> None:
+        """Take a live cell out, from its row as it is now: call before the row's content is erased."""
+        tx.execute(
+            "INSERT INTO cells_fts (cells_fts, rowid, content, source_ref) "
+            "SELECT 'delete', rowid, content, source_ref FROM cells WHERE rowid = ? AND forgotten_at IS NULL",
+            (rowid,),
+        )
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def search(
+        self,
+        expression: str,
+        *,
+        tenant_id: str,
+        layer: str,
+        space: str,
+        projects: tuple[str, ...] | None,
+        cell_types: tuple[str, ...] | None,
+        only_project: str | None,
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """The best ``limit`` live cells of ``layer`` in ``space`` for ``expression``, best first:
+        ``(rowid, bm25)`` (lower is better). The read scope is applied in SQL, so another
+        tenant's or project's matches never take a place in the list; the caller applies its
+        own scope mask again on top."""
+        where = [
+            "cells_fts MATCH ?", "c.tenant_id = ?", "c.forgotten_at IS NULL", "c.embedding_space = ?",
+            "EXISTS (SELECT 1 FROM layer_members m WHERE m.layer = ? AND m.cell_rowid = c.rowid)",
+        ]  # fmt: skip
+        args: list[object] = [expression, tenant_id, space, layer]
+        if only_project is not None:
+            where.append("c.project = ?")
+            args.append(only_project)
+        elif projects:
+            where.append(f"(c.project IS NULL OR c.project IN ({','.join('?' * len(projects))}))")
+            args.extend(projects)
+        if cell_types:
+            where.append(f"c.cell_type IN ({','.join('?' * len(cell_types))})")
+            args.extend(cell_types)
+        args.append(limit)
+        sql = (
+            "SELECT c.rowid, bm25(cells_fts) AS score FROM cells_fts JOIN cells c ON c.rowid = cells_fts.rowid "
+            f"WHERE {' AND '.join(where)} ORDER BY score LIMIT ?"
+        )
+        try:
+            return [(int(r), float(s)) for r, s in self.db.reader().execute(sql, args).fetchall()]
+        except sqlite3.OperationalError:  # an expression FTS5 refuses: no lexical hits, never an error
+            return []
+
+    def count(self) -> int:
+        """Indexed rows (for tests and the doctor)."""
+        (count,) = self.db.reader().execute("SELECT COUNT(*) FROM cells_fts_docsize").fetchone()
+        return count
