@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sqlite3
 import sys
@@ -50,6 +51,7 @@ DEPTH_GRID = [10, 20, 50, 100]
 WEIGHTS = [0.25, 0.5, 0.75, 1.0]  # weighted RRF: the lexical list's weight, the dense list's is 1
 ALPHAS = [0.5, 0.6, 0.7, 0.8, 0.9]  # convex combination: the dense score's share
 BOOSTS = [0.05, 0.1, 0.15, 0.2, 0.3]  # cosine + weight x BM25 / its best
+COVERAGE = [0.1, 0.2, 0.3, 0.4, 0.5]  # cosine + weight x min(1, BM25 / the query's own weight)
 _IDENTIFIER = re.compile(r"[A-Z][A-Z0-9]+-\d+|[\w-]+(?:[./][\w-]+)+|[a-z0-9]+(?:_[a-z0-9]+)+")
 
 
@@ -94,14 +96,38 @@ def bm25_rankings(
     conn.execute(f"CREATE VIRTUAL TABLE f USING fts5(content, tokenize = \"{tokenizer}\")")
     conn.executemany("INSERT INTO f (rowid, content) VALUES (?, ?)", enumerate(texts))
     out = []
+    total = len(texts)
     for query in queries:
         expression = match_expression(query, stopwords=stopwords)
         rows = [] if expression is None else conn.execute(
             "SELECT rowid, -bm25(f) FROM f WHERE f MATCH ? ORDER BY bm25(f) LIMIT ?", (expression, depth)
         ).fetchall()
+        # The query's own weight: the sum of its phrases' IDF as FTS5 computes it, the BM25 of a
+        # document of average length holding each phrase once.
+        weight = 0.0
+        for phrase in (expression or "").split(" OR "):
+            (n,) = conn.execute("SELECT COUNT(*) FROM f WHERE f MATCH ?", (phrase,)).fetchone()
+            if n:
+                weight += max(1e-6, math.log((total - n + 0.5) / (n + 0.5)))
         out.append([(r, s) for r, s in rows])
+        WEIGHTS_OF[(tokenizer, stopwords, query)] = weight
     conn.close()
     return out
+
+
+WEIGHTS_OF: dict[tuple[str, bool, str], float] = {}
+
+
+def coverage(cos: np.ndarray, dense: list[int], lexical: list[tuple[int, float]], depth: int, weight: float,
+             query_weight: float) -> list[int]:
+    """``cos + weight * min(1, bm25 / the query's own weight)``: BM25 as the share of the
+    query's information a cell holds, so the best lexical match of a loose question adds
+    little and a cell holding all of an identifier query adds ``weight``."""
+    pool = list(dict.fromkeys(dense[:depth] + [item for item, _ in lexical[:depth]]))
+    b = dict(lexical[:depth])
+    q = query_weight or 1.0
+    score = np.array([cos[i] + weight * min(1.0, b.get(i, 0.0) / q) for i in pool])
+    return [pool[i] for i in np.argsort(-score, kind="stable")]
 
 
 def rrf(dense: list[int], lexical: list[tuple[int, float]], k: int, depth: int, weight: float) -> list[int]:
@@ -173,6 +199,13 @@ def main() -> int:
                         )
                         for a in ALPHAS for depth in DEPTH_GRID
                     }  # fmt: skip
+                    qw = [WEIGHTS_OF[(tokenizer, stop, q)] for q in queries]
+                    row["coverage"] = {
+                        f"weight={w} depth={depth}": metrics(
+                            [coverage(c, d, lx, depth, w, x) for c, d, lx, x in zip(cos, dense, lexical, qw)], targets
+                        )
+                        for w in COVERAGE for depth in DEPTH_GRID
+                    }  # fmt: skip
                     row["boost"] = {
                         f"weight={w} depth={depth}": metrics(
                             [boost(c, d, lx, depth, w) for c, d, lx in zip(cos, dense, lexical)], targets
@@ -206,7 +239,7 @@ def report(results: dict[str, dict]) -> None:
         print("| method | team MRR | heldout MRR | ids MRR | team h@1 | heldout h@1 | mean MRR team+heldout |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
         rows = []
-        for family in ("rrf", "convex", "boost"):
+        for family in ("rrf", "convex", "boost", "coverage"):
             for key in results["team"][stop][family]:
                 t, h, i = (results[s][stop][family][key] for s in ("team", "heldout", "ids"))
                 rows.append((f"{family} {key}", t, h, i))

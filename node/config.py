@@ -28,7 +28,7 @@ DEFAULT_MESH = "0.0.0.0:7979"
 # Calibrated on benchmarks/data/beacon_pairs.json with the built-in embedder.
 DEFAULT_BEACON_THRESHOLD = 0.28
 # Hybrid recall (node.retrieval): chosen by the sweep in benchmarks/hybrid_sweep.py (BENCHMARKS.md).
-DEFAULT_LEXICAL_WEIGHT = 0.2
+DEFAULT_LEXICAL_WEIGHT = 0.4
 
 _SECTIONS = {"node", "api", "mesh", "embedder", "energy", "beacons", "storage", "recall"}
 
@@ -49,7 +49,7 @@ class NodeConfig:
     rate_limit: float = DEFAULT_RATE  # calls per second per API key; 0: no limit
     rate_burst: int = DEFAULT_BURST
     hybrid_recall: bool = True  # [recall] hybrid: BM25 fused with the dense ranking
-    lexical_weight: float = DEFAULT_LEXICAL_WEIGHT  # [recall] lexical_weight: what the best BM25 match adds
+    lexical_weight: float = DEFAULT_LEXICAL_WEIGHT  # [recall] lexical_weight: what holding all of the query's words adds
 
     @property
     def db_path(self) -> Path:
@@ -113,7 +113,8 @@ default_threshold = {DEFAULT_BEACON_THRESHOLD}
 
 [recall]
 # recall, query and search rank by meaning (the embedder's cosine) and by words (BM25 over the content):
-# a cell scores its cosine + lexical_weight x its BM25 score / the best one. false: by meaning alone.
+# a cell scores its cosine + lexical_weight x the share of the query's rare words it holds (BM25 over
+# the query's own weight, at most 1). false: by meaning alone.
 hybrid = true
 # lexical_weight = {DEFAULT_LEXICAL_WEIGHT}
 

@@ -1,20 +1,23 @@
 """Hybrid retrieval: the dense (HNSW) and lexical (BM25) rankings, fused.
 
 Each list contributes its best ``CANDIDATE_DEPTH`` cells (at least k). Over their union a
-cell scores ``cos + w * bm25 / best bm25``: its cosine similarity to the query, unscaled,
-plus ``w`` (``[recall] lexical_weight``, 0.2) times its BM25 score relative to the best
-lexical match of this query (0 for a cell BM25 did not return). The cosine keeps its
-absolute margins, so a clear dense winner stays first on a paraphrased question, while a
-cell that holds the query's words (an identifier above all) gains up to ``w``.
+cell scores ``cos + w * coverage``: its cosine similarity to the query, unscaled, plus ``w``
+(``[recall] lexical_weight``, 0.4) times its lexical *coverage*, the cell's BM25 score over
+the query's own weight (the BM25 an average-length document holding each query term once
+would get: the sum of the terms' IDFs), capped at 1 (0 for a cell BM25 did not return).
+So a cell holding all of an identifier query (``PAY-1432``, ``cells.py``) gains the whole
+``w``, while the best lexical match of a loose paraphrase, sharing a few common words,
+gains little; and the cosine keeps its absolute margins, so a clear dense winner stays first.
 
-Chosen by measurement (``benchmarks/hybrid_sweep.py``, BENCHMARKS.md "Hybrid recall")
-against reciprocal rank fusion (k 10..100, weighted and not) and a convex combination of
-min-max scaled scores, on three sets: the team stream's questions, a held-out set of
-paraphrases written to share words with distractors, and generated identifier queries.
-Ranks alone (RRF) let any lexical vote reorder the dense top, where ranks 1 and 2 are a
-hair apart: on the held-out paraphrases that cost a third of MRR@10. Min-max scaling keeps
-paraphrases but stretches flat cosines, so identifiers lose. The rule here had the best
-mean MRR@10 over the three sets.
+Chosen by measurement (``benchmarks/hybrid_sweep.py``, BENCHMARKS.md "Hybrid recall"), by
+the best mean MRR@10 over three sets (the team stream's questions, held-out paraphrases
+written to share words with distractors, generated identifier queries), against reciprocal
+rank fusion (k 10..100, weighted and not), a convex combination of min-max scaled scores and
+the cosine plus BM25 over the query's best match. Ranks alone (RRF, k = 60) let any lexical
+vote reorder the dense top, where ranks 1 and 2 are a hair apart: on the held-out
+paraphrases that cost a third of MRR@10. Min-max scaling stretches flat cosines, so
+identifiers lose; scaling BM25 by the best match gives a loose question's best match as
+much as an identifier's.
 
 What a caller gets back is still ``(rowid, distance)`` with ``distance`` the *dense* cosine
 distance of that cell to the query, in fused order: a lexical-only hit's distance is
@@ -47,22 +50,19 @@ def fuse(
     lexical_weight: float,
 ) -> list[tuple[int, float]]:
     """The best ``k`` of ``dense`` (``(rowid, cosine distance)``, nearest first) and
-    ``lexical`` (``(rowid, score)``, score > 0 and higher better) fused, as ``(rowid, dense
-    distance)`` in fused order. ``distances_of(rowids)`` gives the dense distance of
-    lexical-only hits; one it cannot give (a cell forgotten meanwhile) is left out.
-    With no lexical hits this is ``dense[:k]``, unchanged."""
+    ``lexical`` (``(rowid, coverage in [0, 1])``) fused, as ``(rowid, dense distance)`` in
+    fused order. ``distances_of(rowids)`` gives the dense distance of lexical-only hits;
+    one it cannot give (a cell forgotten meanwhile) is left out. With no lexical hits this
+    is ``dense[:k]``, unchanged."""
     if not lexical:
         return dense[:k]
     distance = dict(dense)
     missing = [rowid for rowid, _ in lexical if rowid not in distance]
     if missing:
         distance.update(distances_of(missing))
-    words = dict(lexical)
-    best = max(words.values())
-    if best <= 0.0:
-        return dense[:k]
+    coverage = dict(lexical)
     pool = [rowid for rowid in dict.fromkeys([r for r, _ in dense] + [r for r, _ in lexical]) if rowid in distance]
-    scores = np.array([1.0 - distance[rowid] + lexical_weight * words.get(rowid, 0.0) / best for rowid in pool])
+    scores = np.array([1.0 - distance[rowid] + lexical_weight * coverage.get(rowid, 0.0) for rowid in pool])
     order = np.argsort(-scores, kind="stable")[:k]  # ties: dense order first, then lexical
     return [(pool[i], distance[pool[i]]) for i in order]
 

@@ -372,7 +372,7 @@ class MemoryService:
         if lexical:
             # The same scope mask as the dense side, over what SQL already scoped: one rule, applied twice.
             keep = allowed(np.array([rowid for rowid, _ in lexical], dtype=np.int64))
-            lexical = [(rowid, -score) for (rowid, score), ok in zip(lexical, keep) if ok]  # bm25(): lower is better
+            lexical = [hit for hit, ok in zip(lexical, keep) if ok]
 
         def distances_of(rowids: list[int]) -> dict[int, float]:
             return cosine_distances(vector, self.storage.cells.vectors(rowids))

@@ -31,6 +31,7 @@ function words, are left out; when nothing is left the query is dense only.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import unicodedata
 from typing import TYPE_CHECKING
@@ -115,10 +116,12 @@ class LexicalIndex:
         only_project: str | None,
         limit: int,
     ) -> list[tuple[int, float]]:
-        """The best ``limit`` live cells of ``layer`` in ``space`` for ``expression``, best first:
-        ``(rowid, bm25)`` (lower is better). The read scope is applied in SQL, so another
-        tenant's or project's matches never take a place in the list; the caller applies its
-        own scope mask again on top."""
+        """The best ``limit`` live cells of ``layer`` in ``space`` for ``expression``, best
+        first, as ``(rowid, coverage)``: the cell's BM25 score over the query's own weight
+        (:meth:`query_weight`), capped at 1, so 1 means "holds all of the query's rare words"
+        whatever the query's length. The read scope is applied in SQL, so another tenant's or
+        project's matches never take a place in the list; the caller applies its own scope
+        mask again on top."""
         where = [
             "cells_fts MATCH ?", "c.tenant_id = ?", "c.forgotten_at IS NULL", "c.embedding_space = ?",
             "EXISTS (SELECT 1 FROM layer_members m WHERE m.layer = ? AND m.cell_rowid = c.rowid)",
@@ -135,13 +138,34 @@ class LexicalIndex:
             args.extend(cell_types)
         args.append(limit)
         sql = (
-            "SELECT c.rowid, bm25(cells_fts) AS score FROM cells_fts JOIN cells c ON c.rowid = cells_fts.rowid "
-            f"WHERE {' AND '.join(where)} ORDER BY score LIMIT ?"
+            "SELECT c.rowid, -bm25(cells_fts) AS score FROM cells_fts JOIN cells c ON c.rowid = cells_fts.rowid "
+            f"WHERE {' AND '.join(where)} ORDER BY score DESC LIMIT ?"
         )
         try:
-            return [(int(r), float(s)) for r, s in self.db.reader().execute(sql, args).fetchall()]
+            rows = self.db.reader().execute(sql, args).fetchall()
+            if not rows:
+                return []
+            weight = self.query_weight(expression)
         except sqlite3.OperationalError:  # an expression FTS5 refuses: no lexical hits, never an error
             return []
+        if weight <= 0.0:
+            return []
+        return [(int(rowid), min(1.0, float(score) / weight)) for rowid, score in rows]
+
+    def query_weight(self, expression: str) -> float:
+        """What BM25 gives a document of average length holding each of the expression's
+        phrases once: the sum of their IDFs, computed as FTS5 computes them (over the
+        whole index: ``log((N - n + 0.5) / (n + 0.5))``, at least 1e-6, n the rows that
+        hold the phrase). Phrases no row holds add nothing."""
+        phrases = expression.split(" OR ")  # match_expression's form: quoted phrases joined by OR
+        counts = ",".join("(SELECT COUNT(*) FROM cells_fts WHERE cells_fts MATCH ?)" for _ in phrases)
+        conn = self.db.reader()
+        (total,) = conn.execute("SELECT COUNT(*) FROM cells_fts_docsize").fetchone()
+        weight = 0.0
+        for hits in conn.execute(f"SELECT {counts}", phrases).fetchone():
+            if hits:
+                weight += max(1e-6, math.log((total - hits + 0.5) / (hits + 0.5)))
+        return weight
 
     def count(self) -> int:
         """Indexed rows (for tests and the doctor)."""
