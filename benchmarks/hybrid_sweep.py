@@ -180,7 +180,7 @@ def main() -> int:
         dense = [[int(i) for i in np.argsort(-row, kind="stable")[:100]] for row in cos]
         entry: dict[str, object] = {"queries": len(queries), "memories": len(texts), "dense": metrics(dense, targets)}
         for tok_name, tokenizer in TOKENIZERS.items():
-            for stop in (True, False):
+            for stop in (False, True):  # without the stop list first: its query weights serve both
                 lexical = bm25_rankings(texts, queries, tokenizer, stop, 100)
                 row: dict[str, object] = {
                     "bm25": metrics([[r for r, _ in lx] for lx in lexical], targets),
@@ -206,6 +206,15 @@ def main() -> int:
                         )
                         for w in COVERAGE for depth in DEPTH_GRID
                     }  # fmt: skip
+                    if stop:  # matched without the function words, weighed with them
+                        full = [WEIGHTS_OF[(tokenizer, False, q)] for q in queries]
+                        row["coverage_full_weight"] = {
+                            f"weight={w} depth={depth}": metrics(
+                                [coverage(c, d, lx, depth, w, x) for c, d, lx, x in zip(cos, dense, lexical, full)],
+                                targets,
+                            )
+                            for w in COVERAGE for depth in DEPTH_GRID
+                        }  # fmt: skip
                     row["boost"] = {
                         f"weight={w} depth={depth}": metrics(
                             [boost(c, d, lx, depth, w) for c, d, lx in zip(cos, dense, lexical)], targets

@@ -4,7 +4,8 @@ Each list contributes its best ``CANDIDATE_DEPTH`` cells (at least k). Over thei
 cell scores ``cos + w * coverage``: its cosine similarity to the query, unscaled, plus ``w``
 (``[recall] lexical_weight``, 0.4) times its lexical *coverage*, the cell's BM25 score over
 the query's own weight (the BM25 an average-length document holding each query term once
-would get: the sum of the terms' IDFs), capped at 1 (0 for a cell BM25 did not return).
+would get: the sum of the terms' IDFs, function words included although they are not
+matched), capped at 1 (0 for a cell BM25 did not return).
 So a cell holding all of an identifier query (``PAY-1432``, ``cells.py``) gains the whole
 ``w``, while the best lexical match of a loose paraphrase, sharing a few common words,
 gains little; and the cosine keeps its absolute margins, so a clear dense winner stays first.

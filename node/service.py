@@ -360,7 +360,7 @@ class MemoryService:
         allowed = self.layers.catalog.mask_for(
             principal.tenant_id, principal.projects, cell_types, only_project=project
         )
-        expression = match_expression(query) if self.config.hybrid_recall else None
+        expression = match_expression(query, stopwords=True) if self.config.hybrid_recall else None
         depth = k if expression is None else candidate_depth(k)
         dense = [(rowid, max(0.0, float(d))) for rowid, d in self.layers.search(layer, vector, depth, allowed)]
         if expression is None:
@@ -368,6 +368,7 @@ class MemoryService:
         lexical = self.storage.lexical.search(
             expression, tenant_id=principal.tenant_id, layer=layer, space=self.embedder.space,
             projects=principal.projects, cell_types=cell_types, only_project=project, limit=depth,
+            weighed=match_expression(query, stopwords=False),
         )  # fmt: skip
         if lexical:
             # The same scope mask as the dense side, over what SQL already scoped: one rule, applied twice.

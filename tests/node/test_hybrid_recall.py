@@ -85,9 +85,9 @@ _PHRASE = r'"(?:[^"]|"")*"'
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.text())
-def test_any_text_makes_a_safe_expression_that_fts5_accepts(text):
-    expression = match_expression(text)
+@given(st.text(), st.booleans())
+def test_any_text_makes_a_safe_expression_that_fts5_accepts(text, stopwords):
+    expression = match_expression(text, stopwords=stopwords)
     if expression is None:
         return
     # Nothing but quoted phrases joined by OR: no operator, column filter, prefix or NEAR outside quotes.
@@ -103,11 +103,12 @@ def test_any_text_makes_a_safe_expression_that_fts5_accepts(text):
 def test_hostile_query_strings_are_words_not_syntax():
     assert match_expression('content:secret') == '"content:secret"'
     assert match_expression('NEAR(a b)') == '"near(a" OR "b"'
-    assert match_expression('pay* AND NOT "x') == '"pay*" OR "and" OR "not" OR "x"'
+    assert match_expression('pay* AND NOT "x', stopwords=False) == '"pay*" OR "and" OR "not" OR "x"'
+    assert match_expression('pay* AND NOT "x') == '"pay*" OR "x"'  # function words: weighed, not matched
     assert match_expression('say ""hi"" ') == '"say" OR "hi"'
     assert match_expression('a"b') == '"a""b"'
     assert match_expression("nul\x00byte") == '"nulbyte"'
-    for empty in ("", "   ", "?!", '"" ""', "* ^ : ( )"):
+    for empty in ("", "   ", "?!", '"" ""', "* ^ : ( )", "what is it?"):
         assert match_expression(empty) is None
 
 
