@@ -84,6 +84,48 @@ def match_expression(text: str, *, stopwords: bool = True) -> str | None:
     return " OR ".join(phrases) if phrases else None
 
 
+_OVERFETCH = 4
+
+
+def _varint(data: bytes) -> int:
+    """SQLite's varint (FTS5 writes its records with it): big-endian groups of 7 bits, the
+    high bit set on all but the last; a ninth byte carries 8."""
+    value = 0
+    for i, byte in enumerate(data[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value
+    return value
+
+
+def _scope(
+    tenant_id: str,
+    layer: str,
+    space: str,
+    projects: tuple[str, ...] | None,
+    cell_types: tuple[str, ...] | None,
+    only_project: str | None,
+) -> tuple[str, list[object]]:
+    """The read scope and filters as a condition on ``cells c``, with its arguments."""
+    where = [
+        "c.tenant_id = ?", "c.forgotten_at IS NULL", "c.embedding_space = ?",
+        "EXISTS (SELECT 1 FROM layer_members m WHERE m.layer = ? AND m.cell_rowid = c.rowid)",
+    ]  # fmt: skip
+    args: list[object] = [tenant_id, space, layer]
+    if only_project is not None:
+        where.append("c.project = ?")
+        args.append(only_project)
+    elif projects:
+        where.append(f"(c.project IS NULL OR c.project IN ({','.join('?' * len(projects))}))")
+        args.extend(projects)
+    if cell_types:
+        where.append(f"c.cell_type IN ({','.join('?' * len(cell_types))})")
+        args.extend(cell_types)
+    return " AND ".join(where), args
+
+
 class LexicalIndex:
     """``cells_fts``: what BM25 ranks. Writes take the job's transaction; reads use this
     thread's reader connection."""
@@ -127,27 +169,33 @@ class LexicalIndex:
         the query's length. The read scope is applied in SQL, so another tenant's or
         project's matches never take a place in the list; the caller applies its own scope
         mask again on top."""
-        where = [
-            "cells_fts MATCH ?", "c.tenant_id = ?", "c.forgotten_at IS NULL", "c.embedding_space = ?",
-            "EXISTS (SELECT 1 FROM layer_members m WHERE m.layer = ? AND m.cell_rowid = c.rowid)",
-        ]  # fmt: skip
-        args: list[object] = [expression, tenant_id, space, layer]
-        if only_project is not None:
-            where.append("c.project = ?")
-            args.append(only_project)
-        elif projects:
-            where.append(f"(c.project IS NULL OR c.project IN ({','.join('?' * len(projects))}))")
-            args.extend(projects)
-        if cell_types:
-            where.append(f"c.cell_type IN ({','.join('?' * len(cell_types))})")
-            args.extend(cell_types)
-        args.append(limit)
-        sql = (
-            "SELECT c.rowid, -bm25(cells_fts) AS score FROM cells_fts JOIN cells c ON c.rowid = cells_fts.rowid "
-            f"WHERE {' AND '.join(where)} ORDER BY score DESC LIMIT ?"
-        )
+        scope, scope_args = _scope(tenant_id, layer, space, projects, cell_types, only_project)
+        conn = self.db.reader()
         try:
-            rows = self.db.reader().execute(sql, args).fetchall()
+            # Fast path: the index's own best few times ``limit``, then the scope over those rows
+            # alone (joining every match to its cell row cost 3x the BM25 itself at 43,000 cells).
+            # Exact whenever ``limit`` of them are in scope: a better in-scope match would be among them.
+            wide = _OVERFETCH * limit
+            best = conn.execute(
+                "SELECT rowid, -bm25(cells_fts) AS score FROM cells_fts WHERE cells_fts MATCH ? "
+                "ORDER BY score DESC LIMIT ?",
+                (expression, wide),
+            ).fetchall()
+            if not best:
+                return []
+            marks = ",".join("?" * len(best))
+            # NOT INDEXED: by rowid, never by scanning the tenant's index (6 ms at 43,000 cells).
+            inside = {r for (r,) in conn.execute(
+                f"SELECT c.rowid FROM cells c NOT INDEXED WHERE c.rowid IN ({marks}) AND {scope}",
+                [r for r, _ in best] + scope_args,
+            )}  # fmt: skip
+            rows = [(rowid, score) for rowid, score in best if rowid in inside][:limit]
+            if len(rows) < limit and len(best) == wide:  # the scope is narrow here: rank within it
+                rows = conn.execute(
+                    "SELECT c.rowid, -bm25(cells_fts) AS score FROM cells_fts JOIN cells c ON c.rowid = cells_fts.rowid "
+                    f"WHERE cells_fts MATCH ? AND {scope} ORDER BY score DESC LIMIT ?",
+                    [expression, *scope_args, limit],
+                ).fetchall()
             if not rows:
                 return []
             weight = self.query_weight(weighed or expression)
@@ -165,7 +213,7 @@ class LexicalIndex:
         phrases = expression.split(" OR ")  # match_expression's form: quoted phrases joined by OR
         counts = ",".join("(SELECT COUNT(*) FROM cells_fts WHERE cells_fts MATCH ?)" for _ in phrases)
         conn = self.db.reader()
-        (total,) = conn.execute("SELECT COUNT(*) FROM cells_fts_docsize").fetchone()
+        total = self.rows(conn)
         weight = 0.0
         for hits in conn.execute(f"SELECT {counts}", phrases).fetchone():
             if hits:
@@ -173,6 +221,15 @@ class LexicalIndex:
         return weight
 
     def count(self) -> int:
-        """Indexed rows (for tests and the doctor)."""
+        """Indexed rows, counted one by one (for tests)."""
         (count,) = self.db.reader().execute("SELECT COUNT(*) FROM cells_fts_docsize").fetchone()
         return count
+
+    def rows(self, conn: sqlite3.Connection | None = None) -> int:
+        """Indexed rows as FTS5 itself keeps the number (the N of its IDF): the first varint of
+        its averages record, so a recall does not count 43,000 rows (1.2 ms) to learn it."""
+        conn = conn if conn is not None else self.db.reader()
+        row = conn.execute("SELECT block FROM cells_fts_data WHERE id = 1").fetchone()
+        if row is None or not row[0]:
+            return 0
+        return _varint(row[0])

@@ -206,6 +206,7 @@ async def test_a_forgotten_cell_leaves_the_lexical_index(service, make_agent):
         await service.forget(alice, node_id=gone)
     assert service.storage.lexical.count() == before - 1
     assert fts_rows(service, "hunter2") == []
+    assert service.storage.lexical.rows() == service.storage.lexical.count()  # FTS5's own N, read from its record
     assert await recall_ids(service, alice, "KX-7 hunter2") == [kept]
     with trio.fail_after(10):
         await service.forget(alice, node_id=gone)  # again: nothing more to remove, no error
@@ -259,3 +260,18 @@ async def test_switched_off_recall_is_dense_only(service, make_agent):
     assert distances == sorted(distances)  # nearest first: the order of meaning alone
     vector = service.embedder.embed(["weekly sync"])[0]
     assert len(distances) == 5 and np.isfinite(vector).all()
+
+
+async def test_a_narrow_scope_is_ranked_within_itself_not_crowded_out(service, make_agent):
+    writer, _ = await make_agent()
+    for i in range(12):  # the best BM25 matches, all outside the scope asked for below
+        await store(service, writer, f"QQ-5 QQ-5 QQ-5 beta {i}", project="beta")
+    wanted = {await store(service, writer, f"QQ-5 is mentioned once in this longer alpha note number {i}", project="alpha")
+              for i in range(2)}  # fmt: skip
+    lexical = service.storage.lexical
+    hits = lexical.search(
+        match_expression("QQ-5"), tenant_id=writer.tenant_id, layer="L0", space=service.embedder.space,
+        projects=("alpha",), cell_types=None, only_project=None, limit=2,
+    )  # fmt: skip
+    assert {service.layers.catalog.node_id(rowid) for rowid, _ in hits} == wanted
+    assert all(0.0 < coverage <= 1.0 for _, coverage in hits)
