@@ -95,6 +95,7 @@ def bm25_rankings(
     conn = sqlite3.connect(":memory:")
     conn.execute(f"CREATE VIRTUAL TABLE f USING fts5(content, tokenize = \"{tokenizer}\")")
     conn.executemany("INSERT INTO f (rowid, content) VALUES (?, ?)", enumerate(texts))
+    conn.commit()  # FTS5 writes its segments out at the commit
     out = []
     total = len(texts)
     for query in queries:
@@ -111,11 +112,15 @@ def bm25_rankings(
                 weight += max(1e-6, math.log((total - n + 0.5) / (n + 0.5)))
         out.append([(r, s) for r, s in rows])
         WEIGHTS_OF[(tokenizer, stopwords, query)] = weight
+    (INDEX_BYTES[tokenizer],) = conn.execute(
+        "SELECT (SELECT SUM(LENGTH(block)) FROM f_data) + (SELECT SUM(LENGTH(sz)) FROM f_docsize)"
+    ).fetchone()
     conn.close()
     return out
 
 
 WEIGHTS_OF: dict[tuple[str, bool, str], float] = {}
+INDEX_BYTES: dict[str, int] = {}
 
 
 def coverage(cos: np.ndarray, dense: list[int], lexical: list[tuple[int, float]], depth: int, weight: float,
@@ -185,7 +190,13 @@ def main() -> int:
                 row: dict[str, object] = {
                     "bm25": metrics([[r for r, _ in lx] for lx in lexical], targets),
                     "rrf k=60 depth=50": metrics([rrf(d, lx, 60, 50, 1.0) for d, lx in zip(dense, lexical)], targets),
+                    "index_bytes": INDEX_BYTES[tokenizer],
                 }
+                if stop:  # the node's fusion, on this tokenizer
+                    full = [WEIGHTS_OF[(tokenizer, False, q)] for q in queries]
+                    row["chosen"] = metrics(
+                        [coverage(c, d, lx, 50, 0.4, x) for c, d, lx, x in zip(cos, dense, lexical, full)], targets
+                    )
                 if tok_name == "unicode61":
                     row["rrf"] = {
                         f"k={k} depth={depth} w={w}": metrics(
@@ -243,10 +254,13 @@ def report(results: dict[str, dict]) -> None:
     for name, entry in results.items():
         print(f"\n## {name} ({entry['queries']} queries over {entry['memories']} memories)\n")
         print(f"dense (exact cosine): {cell(entry['dense'])} (hit@1 / hit@5 / MRR@10)\n")
-        print("| tokenizer | BM25 alone | RRF k=60, depth 50 |\n| --- | --- | --- |")
+        print("| tokenizer | BM25 alone | RRF k=60, depth 50 | the node's fusion | FTS5 index bytes |")
+        print("| --- | --- | --- | --- | --- |")
         for label, row in entry.items():
             if isinstance(row, dict) and "bm25" in row:
-                print(f"| {label} | {cell(row['bm25'])} | {cell(row['rrf k=60 depth=50'])} |")
+                chosen = cell(row["chosen"]) if "chosen" in row else "-"
+                print(f"| {label} | {cell(row['bm25'])} | {cell(row['rrf k=60 depth=50'])} | {chosen} | "
+                      f"{row['index_bytes']:,} |")
     print("\n## Every fusion setting (unicode61), best mean MRR@10 over the three sets first\n")
     print("hit@1 / hit@5 / MRR@10 per set. `coverage_full_weight` matches without the function words and")
     print("weighs the query with them (what the node does); the others match and weigh alike.\n")

@@ -68,6 +68,7 @@ async def run(copies: int) -> dict[str, object]:
         init_home(home)
         async with open_node(home, embedder=CopiesEmbedder(model, table)) as service:
             principal, _ = await service.add_agent("bench")
+            fill_started, fill_cpu = time.perf_counter(), time.process_time()
             async with trio.open_nursery() as nursery:
                 queue = iter(stored)
 
@@ -77,6 +78,10 @@ async def run(copies: int) -> dict[str, object]:
 
                 for _ in range(16):
                     nursery.start_soon(writer)
+            fill = {
+                "stores_per_s": len(stored) / (time.perf_counter() - fill_started),
+                "cpu_ms_per_store": 1000 * (time.process_time() - fill_cpu) / len(stored),
+            }
             service.layers.flush()
             timings: dict[bool, list[float]] = {True: [], False: []}
             cpu: dict[bool, list[float]] = {True: [], False: []}
@@ -96,14 +101,22 @@ async def run(copies: int) -> dict[str, object]:
 
     return {
         "cells": cells, "questions": len(questions), "hybrid": stats(timings[True]), "dense": stats(timings[False]),
-        "hybrid_cpu": stats(cpu[True]), "dense_cpu": stats(cpu[False]),
+        "hybrid_cpu": stats(cpu[True]), "dense_cpu": stats(cpu[False]), "fill": fill,
     }  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=10)
+    parser.add_argument(
+        "--skip-lexical-writes", action="store_true",
+        help="stores leave the FTS5 index alone (what a store cost before it): compare the fill figures",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.skip_lexical_writes:
+        from node.store.lexical import LexicalIndex
+
+        LexicalIndex.add = lambda self, tx, rowid, content, source_ref: None
     result = trio.run(run, args.copies)
     print(json.dumps(result, indent=1))
     print(f"\n| recall of a new query ({result['cells']} cells) | wall p50 ms | wall p90 ms | CPU p50 ms | CPU p90 ms |")
@@ -111,6 +124,8 @@ def main() -> int:
     for name in ("dense", "hybrid"):
         w, c = result[name], result[f"{name}_cpu"]
         print(f"| {name} | {w['p50']:.1f} | {w['p90']:.1f} | {c['p50']:.1f} | {c['p90']:.1f} |")
+    fill = result["fill"]
+    print(f"\nfill: {fill['stores_per_s']:.0f} stores/s, {fill['cpu_ms_per_store']:.2f} CPU-ms per store (16 writers)")
     return 0
 
 
