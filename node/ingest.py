@@ -65,7 +65,7 @@ class CellWrites:
             self._join_layer(tx, name, rowid, cell.embedding)
         facts = CellFacts(
             cell.tenant_id, cell.source_agent, cell.cell_type, cell.salience, cell.project,
-            cell.embedding, cell.embedding_space,
+            cell.embedding, cell.embedding_space, cell.content or "",
         )  # fmt: skip
         for delivery in self.beacons.match(facts, now):
             received_at = max(now, self._last_received + 1)
