@@ -69,9 +69,7 @@ class CellWrites:
         )  # fmt: skip
         for delivery in self.beacons.match(facts, now):
             received_at = max(now, self._last_received + 1)
-            delivered = self._inbox.deliver(
-                tx, delivery.agent_id, rowid, delivery.beacon_id, delivery.similarity, received_at, cell.hops
-            )
+            delivered = self._inbox.deliver(tx, delivery.agent_id, rowid, delivery, received_at, cell.hops)
             if delivered:
                 self._last_received = received_at
         return cell.node_id

@@ -174,6 +174,12 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (origin, seq)
         )""",
     ],
+    # v5: each inbox delivery keeps the admission rule's score and why it admitted the cell
+    # (node.admission_rule); rows from before read as scored by their cosine, with no reason.
+    [
+        "ALTER TABLE inbox ADD COLUMN score REAL",
+        "ALTER TABLE inbox ADD COLUMN reason TEXT",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
