@@ -57,6 +57,10 @@ class Judge(Protocol):
     def judge(self, beacons: Sequence[Beacon], cell: CellFacts, similarities: np.ndarray, e0: float) -> list[Verdict]:
         ...
 
+    def observe(self, vector: np.ndarray, content: str) -> None:
+        """A cell this node now holds (a judge that learns from the team's writing keeps it)."""
+        ...
+
 
 class CosineJudge:
     """The vector alone: ``cos ≥ τ − slack × E0`` (the rule before admission had a judge)."""
@@ -73,6 +77,9 @@ class CosineJudge:
             verdicts.append(Verdict(similarity, floor, f"cosine {similarity:.2f} (floor {floor:.2f})"))
         return verdicts
 
+    def observe(self, vector: np.ndarray, content: str) -> None:
+        pass  # the vector alone: nothing to learn
+
 
 class AdmissionRule:
     """Routed beacons in, inbox deliveries out (at most one per principal)."""
@@ -86,6 +93,9 @@ class AdmissionRule:
         self._energy = energy
         self.judge: Judge = judge if judge is not None else CosineJudge(energy)
         self._offset = offset if offset is not None else (lambda beacon_id: 0.0)
+
+    def observe(self, vector: np.ndarray, content: str) -> None:
+        self.judge.observe(vector, content)
 
     def admit(self, routed: Sequence[Beacon], cell: CellFacts) -> list[Admission]:
         if not routed:

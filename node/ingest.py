@@ -72,6 +72,7 @@ class CellWrites:
             delivered = self._inbox.deliver(tx, delivery.agent_id, rowid, delivery, received_at, cell.hops)
             if delivered:
                 self._last_received = received_at
+        self.beacons.admission.observe(cell.embedding, cell.content)  # judged first, then held
         return cell.node_id
 
     def write_tombstone(self, tx: Transaction, cell: Cell) -> None:
