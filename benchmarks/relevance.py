@@ -572,6 +572,8 @@ def report_judge(judge: dict[str, Any]) -> list[str]:
                f"F1 {f2(r['f1'])}; {judge['routed_memories']} memories reach the node. At the judge's defaults "
                f"(lexical weight {d['lexical_weight']:g}, z floor {d['z_floor']:g}): **P {f2(m['precision'])}, "
                f"R {f2(m['recall'])}, F1 {f2(m['f1'])}**.")  # fmt: skip
+    out.append(f"The judge's own CPU: {judge['judge_cpu_us_per_pair']:.0f} µs per routed (beacon, cell) pair "
+               f"({judge['judged_pairs']} pairs, one thread; routing and the embedding are not in it).")  # fmt: skip
     lo = judge["leave_one_agent_out"]["macro"]
     out.append(f"Leave one agent out (constants chosen on the other seven): P {f2(lo['precision'])}, "
                f"R {f2(lo['recall'])}, F1 {f2(lo['f1'])}.")  # fmt: skip

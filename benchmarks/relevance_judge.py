@@ -19,6 +19,7 @@ their own floor). From those margins:
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ def replay(
     relevant = {o: {m for b in beacons if b["owner"] == o for m in data["judged"][b["id"]]} for o in owners}
 
     routed_any: set[int] = set()
+    judged_pairs, judged_seconds = 0, 0.0  # the judge's own CPU, at the defaults' weight
     margins: dict[float, dict[tuple[str, int], float]] = {}
     fallback: set[tuple[str, int]] = set()
     for weight in sorted({*WEIGHTS, defaults[0]}):
@@ -69,7 +71,12 @@ def replay(
             similarities = np.stack([b.embedding for b in routed]) @ cell.embedding
             e0 = energy.initial(cell.salience, cell.cell_type)
             calibrated = len(judge.background) >= MIN_BACKGROUND
-            for beacon, verdict in zip(routed, judge.judge(routed, cell, similarities, e0)):
+            began = time.process_time()
+            verdicts = judge.judge(routed, cell, similarities, e0)
+            if weight == defaults[0] and calibrated:
+                judged_seconds += time.process_time() - began
+                judged_pairs += len(routed)
+            for beacon, verdict in zip(routed, verdicts):
                 key = (beacon.beacon_id, j)
                 kept[key] = verdict.score - verdict.floor
                 if not calibrated:
@@ -107,6 +114,8 @@ def replay(
         "curve": curve,
         "leave_one_agent_out": {"per_agent": held_out, "macro": macro(held_out)},
         "routed_memories": len(routed_any),
+        "judge_cpu_us_per_pair": 1e6 * judged_seconds / max(1, judged_pairs),
+        "judged_pairs": judged_pairs,
         "routing_agent_macro": macro(list(per_agent_routing(data, margins, owners, ids, relevant, prf).values())),
     }
 
