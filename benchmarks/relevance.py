@@ -56,6 +56,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+import relevance_judge  # beside this file
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -67,6 +69,8 @@ THREADS_MODULE = "app"  # imported first, as the daemon does (one BLAS thread pe
 DATA = Path(__file__).resolve().parent / "data" / "team_stream.json"
 DEFAULT_THRESHOLD = 0.28  # [beacons] default_threshold
 SLACK = 0.05  # [energy] match_slack
+ROUTE_MARGIN = 0.08  # [energy] route_margin: routing reaches this much below a beacon's threshold
+JUDGE_DEFAULTS = (4.0, 3.0)  # [beacons] lexical_weight, z_floor: the calibrated judge's defaults
 TYPE_WEIGHT = {  # the energy model's w(type), README "The energy model"
     "Decision": 1.0, "Constraint": 1.0, "Risk": 0.9, "Lesson": 0.8, "Pattern": 0.7,
     "Fact": 0.6, "Preference": 0.6, "Task": 0.5, "Context": 0.4,
@@ -413,7 +417,8 @@ def run_offline(data: dict[str, Any]) -> dict[str, Any]:
     index = {m: i for i, m in enumerate(ids)}
     began = time.monotonic()
     memory_vectors = embedder.embed([m["content"] for m in memories])
-    cos = embedder.embed([b["query"] for b in beacons]) @ memory_vectors.T  # (beacons, memories)
+    beacon_vectors = embedder.embed([b["query"] for b in beacons])
+    cos = beacon_vectors @ memory_vectors.T  # (beacons, memories)
     embed_s = time.monotonic() - began
     e0 = np.array([min(1.0, m["salience"] * TYPE_WEIGHT[m["cell_type"]]) for m in memories])
     author = np.array([m["author"] for m in memories])
@@ -496,8 +501,7 @@ def run_offline(data: dict[str, Any]) -> dict[str, Any]:
             "not_relevant_median": float(np.median(negative)), "not_relevant_p99": float(np.percentile(negative, 99)),
         },  # fmt: skip
         "recall_exact": rank_metrics(ranks, questions),
-        "_predicted_today": {o: sorted({ids[j] for j in np.flatnonzero(match(DEFAULT_THRESHOLD, True)[rows].any(axis=0))})
-                             for o, rows in rows_of.items()},  # fmt: skip
+        "judge": relevance_judge.replay(data, memory_vectors, beacon_vectors, prf, macro, JUDGE_DEFAULTS),
     }
 
 
@@ -516,7 +520,7 @@ def report(result: dict[str, Any]) -> str:
                f"{' (--quick subset)' if result['args']['quick'] else ''}.")  # fmt: skip
     mesh = result.get("mesh")
     if mesh:
-        out.append("\n### Inbox delivery through two real nodes (default threshold 0.28, slack 0.05 x E0)\n")
+        out.append("\n### Inbox delivery through two real nodes (defaults: threshold 0.28, route margin 0.08, calibrated judge)\n")
         out.append("| agent | beacons | relevant | delivered | hits | P | R | F1 |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
         for owner, r in sorted(mesh["per_agent"].items()):
             out.append(f"| {owner} | {r['beacons']} | {r['relevant']} | {r['delivered']} | {r['hits']} "
@@ -524,7 +528,7 @@ def report(result: dict[str, Any]) -> str:
         m = mesh["macro"]
         out.append(f"| **macro** | | | | | **{f2(m['precision'])}** | **{f2(m['recall'])}** | **{f2(m['f1'])}** |")
         out.append(f"\nOwn memories dropped from inboxes (different keys on two nodes): {mesh['own_items_dropped']}; "
-                   f"offline rule agrees with the mesh on {result['agreement']['same']}/{result['agreement']['agents']} inboxes "
+                   f"the offline replay of the judge agrees with the mesh on {result['agreement']['same']}/{result['agreement']['agents']} inboxes "
                    f"({result['agreement']['differences']} items differ).")  # fmt: skip
         rec = mesh["recall"]
         out.append("\n### Recall questions (`POST /v1/recall`, k=10, storing node)\n")
@@ -555,8 +559,34 @@ def report(result: dict[str, Any]) -> str:
     for r in off["per_beacon"]:
         out.append(f"| {r['beacon']} | {r['owner']} | {r['kind']} | {r['query']} | {r['ap']:.2f} | {r['relevant']} "
                    f"| {r['delivered']} | {f2(r['precision'])} | {f2(r['recall'])} |")  # fmt: skip
+    out.extend(report_judge(off["judge"]))
     out.append(f"\nRun time {result['run_seconds']:.0f} s on {result['machine']['nproc']} cores.")
     return "\n".join(out)
+
+
+def report_judge(judge: dict[str, Any]) -> list[str]:
+    out = ["\n### Offline: the admission judge replayed as the receiving node runs it (macro over agents)\n"]
+    d, r = judge["defaults"], judge["routing_agent_macro"]
+    m = d["macro"]
+    out.append(f"Routing alone (cosine >= 0.28 - 0.05 x E0 - {ROUTE_MARGIN}): P {f2(r['precision'])}, R {f2(r['recall'])}, "
+               f"F1 {f2(r['f1'])}; {judge['routed_memories']} memories reach the node. At the judge's defaults "
+               f"(lexical weight {d['lexical_weight']:g}, z floor {d['z_floor']:g}): **P {f2(m['precision'])}, "
+               f"R {f2(m['recall'])}, F1 {f2(m['f1'])}**.")  # fmt: skip
+    out.append(f"The judge's own CPU: {judge['judge_cpu_us_per_pair']:.0f} µs per routed (beacon, cell) pair "
+               f"({judge['judged_pairs']} pairs, one thread; routing and the embedding are not in it).")  # fmt: skip
+    lo = judge["leave_one_agent_out"]["macro"]
+    out.append(f"Leave one agent out (constants chosen on the other seven): P {f2(lo['precision'])}, "
+               f"R {f2(lo['recall'])}, F1 {f2(lo['f1'])}.")  # fmt: skip
+    weights = sorted({row["lexical_weight"] for row in judge["curve"]})
+    out.append("\n| z floor | " + " | ".join(f"w={w:g} P / R / F1" for w in weights) + " |")
+    out.append("| --- |" + " --- |" * len(weights))
+    for z in sorted({row["z_floor"] for row in judge["curve"]}):
+        cells = []
+        for w in weights:
+            row = next(x for x in judge["curve"] if x["lexical_weight"] == w and x["z_floor"] == z)
+            cells.append(f"{f2(row['precision'])} / {f2(row['recall'])} / {f2(row['f1'])}")
+        out.append(f"| {z:.2f} | " + " | ".join(cells) + " |")
+    return out
 
 
 def main() -> int:
@@ -580,13 +610,12 @@ def main() -> int:
     log(f"offline part done at {clock.elapsed():.0f} s")
     if not args.offline_only:
         result["mesh"] = run_mesh(data, clock)
-        predicted = result["offline"]["_predicted_today"]
+        predicted = result["offline"]["judge"]["predicted"]
         diffs = {o: sorted(set(predicted[o]) ^ set(result["mesh"]["delivered"][o])) for o in predicted}
         result["agreement"] = {
             "agents": len(diffs), "same": sum(not d for d in diffs.values()),
             "differences": sum(len(d) for d in diffs.values()), "differing_items": diffs,
         }  # fmt: skip
-    result["offline"].pop("_predicted_today")
     result["run_seconds"] = clock.elapsed()
     text = report(result)
     print(text)

@@ -225,6 +225,8 @@ _DIFF = _record(
         "received_at": _MS,
         "beacon_id": _STRING,
         "similarity": _NUMBER,
+        "score": _NUMBER,
+        "why": _nullable(_STRING),
         "hops": _INT,
     },
 )
@@ -372,8 +374,8 @@ _DESCRIPTIONS = {
         "Read the diffs gossiped to you (cells from other agents that matched your beacons) received after "
         "since (ms since the epoch, or an RFC 3339 time; omit it to read from the start). Reading does not "
         "consume them: pass next_since back as since to continue. Each diff carries the cell's content, type, "
-        "salience and provenance (source_agent, origin_node, source_ref), the beacon_id and similarity that "
-        "matched, and the hops it travelled. Returns {diffs, next_since}."
+        "salience and provenance (source_agent, origin_node, source_ref), the beacon_id that matched with "
+        "its similarity, the admission score and why (a one-line reason), and the hops it travelled. Returns {diffs, next_since}."
     ),
     "get_scene": (
         "Fetch one scene (an episode of work) by id: its project, title, session, agent, times (ms since the "

@@ -18,14 +18,16 @@ __all__ = ["MeshConfig", "EnergyParams"]
 class EnergyParams(Protocol):
     """The slice of the energy model (DESIGN §4) routing and repair use.
 
-    ``match_threshold`` must accept a numpy array of thresholds (plain arithmetic does).
+    ``route_threshold`` must accept a numpy array of thresholds (plain arithmetic does).
     """
 
     def initial(self, salience: float, cell_type: str) -> float: ...
 
     def hop_budget(self, e0: float) -> int: ...
 
-    def match_threshold(self, beacon_threshold: Any, e0: float) -> Any: ...
+    def route_threshold(self, beacon_threshold: Any, e0: float) -> Any:
+        """The routing rule's floor for a beacon of threshold τ and a cell of energy E0."""
+        ...
 
     def worth_repairing(self, e0: float, cell_type: str, created_at_ms: int, now_ms: int) -> bool: ...
 

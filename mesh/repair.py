@@ -33,7 +33,8 @@ import numpy as np
 
 from .config import EnergyParams
 from .memory import DiffLog
-from .routing import IndexedBeacon, accepts
+from .routing import IndexedBeacon
+from .routing_rule import accepts
 from .haves import HaveSet
 from .diffs import CellPayload, Diff, TombstonePayload, diff_key
 
@@ -184,13 +185,13 @@ def _matching(
         e0 = np.array([energy.initial(c.salience, c.cell_type) for _, c in group], np.float32)
         for entry in relevant:
             sims = matrix @ entry.beacon.embedding
-            floor = energy.match_threshold(entry.beacon.threshold, e0)
+            floor = energy.route_threshold(entry.beacon.threshold, e0)
             for i in np.flatnonzero(sims >= floor).tolist():
                 lsn, cell = group[i]
                 if lsn in wanted or cell.created_at < entry.placed_at - grace_ms:
                     continue
                 e0_i = float(e0[i])
-                if accepts(entry, cell, e0_i, now, energy) and energy.worth_repairing(
+                if accepts(entry.beacon, cell, e0_i, now, energy) and energy.worth_repairing(
                     e0_i, cell.cell_type, cell.created_at, now
                 ):
                     wanted.add(lsn)

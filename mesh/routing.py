@@ -33,20 +33,18 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 
 from .config import EnergyParams
-from .told import told_name, told_names
 from .diffs import BeaconPayload, CellPayload, Diff
+from .routing_rule import BeaconColumns, Codes, accepts, routed_rows
+from .told import told_name, told_names
 
-__all__ = ["BeaconIndex", "IndexedBeacon", "RoutingPolicy", "FullView", "PartialView", "beacon_closeness"]
+__all__ = ["BeaconIndex", "FullView", "IndexedBeacon", "PartialView", "RoutingPolicy", "accepts", "beacon_closeness"]
 
-_NEVER = np.iinfo(np.int64).max
-_ANY = -1
-_NONE = -2
 _WORST = float("-inf")  # below any similarity (a probe need not be a unit vector)
 
 
@@ -57,142 +55,16 @@ class IndexedBeacon:
     placed_at: int
 
 
-class _Group:
-    """Beacons of one (tenant, space): a matrix plus filter columns."""
-
-    def __init__(self, dim: int) -> None:
-        self.dim = dim
-        self.n = 0
-        self.dead = 0
-        # Rows appended with each filter: a column no row uses is not looked at (most beacons
-        # set no filter, and a cell's match runs at every hop).
-        self.expiring = self.floored = self.typed = self.projected = self.scoped = 0
-        self._alloc(8)
-
-    def _alloc(self, cap: int) -> None:
-        old = self.__dict__.get("matrix")
-        # The filter columns start out as "no filter", so a row without one needs no write.
-        cols = {
-            "matrix": np.zeros((cap, self.dim), np.float32), "threshold": np.zeros(cap, np.float32),
-            "expires": np.full(cap, _NEVER, np.int64), "min_salience": np.full(cap, -1.0, np.float32),
-            "types": np.zeros(cap, np.int64), "project": np.full(cap, _ANY, np.int64),
-            "agent": np.zeros(cap, np.int64), "owner": np.zeros(cap, np.int64), "alive": np.zeros(cap, bool),
-        }  # fmt: skip
-        for name, array in cols.items():
-            if old is not None:
-                array[: self.n] = getattr(self, name)[: self.n]
-            setattr(self, name, array)
-        if old is None:
-            self.entries: list[IndexedBeacon | None] = []
-
-    def append(self, entry: IndexedBeacon, codes: "_Codes") -> int:
-        if self.n == len(self.alive):
-            self._alloc(2 * len(self.alive))
-        b, i = entry.beacon, self.n
-        self.matrix[i] = b.embedding
-        self.threshold[i] = b.threshold
-        if b.expires_at is not None:
-            self.expires[i] = b.expires_at
-            self.expiring += 1
-        if b.min_salience is not None:
-            self.min_salience[i] = b.min_salience
-            self.floored += 1
-        if b.cell_types:
-            self.types[i] = codes.type_mask(b.cell_types)
-            self.typed += 1
-        if b.project is not None:
-            self.project[i] = codes.project(b.project)
-            self.projected += 1
-        self.scoped += bool(b.scope_projects)
-        self.agent[i] = codes.agent(b.agent_id)
-        self.owner[i] = codes.owner(entry.owner)
-        self.alive[i] = True
-        self.entries.append(entry)
-        self.n += 1
-        return i
-
-    def kill(self, row: int) -> IndexedBeacon | None:
-        """Take a row out: never matched again (an infinite threshold), compacted away later."""
-        entry = self.entries[row]
-        self.alive[row] = False
-        self.threshold[row] = np.inf
-        self.entries[row] = None
-        self.dead += 1
-        return entry
-
-    def matching(self, cell: CellPayload, e0: float, now: int, energy: EnergyParams, codes: "_Codes") -> np.ndarray:
-        """Which rows accept ``cell`` (a bool per row), all but the per-row project scope."""
-        n = self.n
-        # Dead rows hold an infinite threshold: no alive column to combine.
-        ok = (self.matrix[:n] @ cell.embedding) >= energy.match_threshold(self.threshold[:n], e0)
-        if not ok.any():
-            return ok
-        if self.expiring:
-            ok &= self.expires[:n] > now
-        if self.floored:
-            ok &= self.min_salience[:n] <= cell.salience
-        if self.typed:
-            types = self.types[:n]
-            ok &= (types == 0) | ((types & codes.type_bit(cell.cell_type)) != 0)
-        if self.projected:
-            projects = self.project[:n]
-            ok &= (projects == _ANY) | (projects == codes.project_if_known(cell.project))
-        agent = codes.agent_if_known(cell.source_agent)
-        if agent != _NONE:
-            ok &= self.agent[:n] != agent
-        return ok
-
-
-class _Codes:
-    """Small-integer codes for strings the filters compare."""
-
-    def __init__(self) -> None:
-        self._projects: dict[str, int] = {}
-        self._agents: dict[str, int] = {}
-        self._types: dict[str, int] = {}
-        self._owners: dict[str, int] = {}
-        self.owner_ids: list[str] = []  # by code
-
-    def owner(self, node_id: str) -> int:
-        code = self._owners.get(node_id)
-        if code is None:
-            code = self._owners[node_id] = len(self.owner_ids)
-            self.owner_ids.append(node_id)
-        return code
-
-    def project(self, name: str) -> int:
-        return self._projects.setdefault(name, len(self._projects))
-
-    def project_if_known(self, name: str | None) -> int:
-        return _NONE if name is None else self._projects.get(name, _NONE)
-
-    def agent(self, name: str) -> int:
-        return self._agents.setdefault(name, len(self._agents))
-
-    def agent_if_known(self, name: str) -> int:
-        return self._agents.get(name, _NONE)
-
-    def type_bit(self, name: str) -> int:
-        code = self._types.setdefault(name, len(self._types))
-        return 1 << (code % 63)
-
-    def type_mask(self, names: Iterable[str]) -> int:
-        mask = 0
-        for name in names:
-            mask |= self.type_bit(name)
-        return mask
-
-
 class BeaconIndex:
     """Remote beacons, matched in bulk. A beacon is named by its owner and its id: a beacon id
     is scoped by the node that placed it, so no member's beacon can replace or remove another's."""
 
     def __init__(self) -> None:
-        self._groups: dict[tuple[str, str], _Group] = {}
-        self._where: dict[tuple[str, str], tuple[_Group, int]] = {}  # (owner, beacon id) -> its row
+        self._groups: dict[tuple[str, str], BeaconColumns] = {}
+        self._where: dict[tuple[str, str], tuple[BeaconColumns, int]] = {}  # (owner, beacon id) -> its row
         self._ids: collections.Counter[str] = collections.Counter()  # beacon id -> owners holding one of that id
         self._by_owner: dict[str, dict[str, IndexedBeacon]] = {}
-        self._codes = _Codes()
+        self._codes = Codes()
         self._vectors: dict[tuple[str, str], np.ndarray] | None = None  # vectors(), until a change
         self._vectors_of: dict[str, dict[tuple[str, str], np.ndarray]] = {}  # vectors_of(), per owner likewise
 
@@ -208,9 +80,9 @@ class BeaconIndex:
         key = (beacon.tenant_id, beacon.embedding_space)
         group = self._groups.get(key)
         if group is None or group.dim != vector.shape[0]:
-            group = self._groups[key] = _Group(vector.shape[0])
+            group = self._groups[key] = BeaconColumns(vector.shape[0])
         entry = IndexedBeacon(beacon, owner, placed_at)
-        self._where[(owner, beacon.beacon_id)] = (group, group.append(entry, self._codes))
+        self._where[(owner, beacon.beacon_id)] = (group, group.append(entry, entry.beacon, self._codes.owner(entry.owner), self._codes))
         self._ids[beacon.beacon_id] += 1
         self._by_owner.setdefault(owner, {})[beacon.beacon_id] = entry
 
@@ -240,12 +112,12 @@ class BeaconIndex:
             self._compact(group)
         return entry
 
-    def _compact(self, group: _Group) -> None:
+    def _compact(self, group: BeaconColumns) -> None:
         live = [e for e in group.entries if e is not None]
         key = next(k for k, g in self._groups.items() if g is group)
-        fresh = self._groups[key] = _Group(group.dim)
+        fresh = self._groups[key] = BeaconColumns(group.dim)
         for entry in live:
-            self._where[(entry.owner, entry.beacon.beacon_id)] = (fresh, fresh.append(entry, self._codes))
+            self._where[(entry.owner, entry.beacon.beacon_id)] = (fresh, fresh.append(entry, entry.beacon, self._codes.owner(entry.owner), self._codes))
 
     def of_owner(self, owner: str) -> list[IndexedBeacon]:
         return list(self._by_owner.get(owner, {}).values())
@@ -314,15 +186,11 @@ class BeaconIndex:
         return max(sims, default=-2.0)
 
     def match(self, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> list[IndexedBeacon]:
-        """Every live beacon that accepts ``cell`` (DESIGN §4 matching and filters)."""
+        """Every live beacon the routing rule (:mod:`mesh.routing_rule`) sends ``cell`` to."""
         group = self._group_for(cell)
         if group is None:
             return []
-        ok = group.matching(cell, e0, now, energy, self._codes)
-        entries = [group.entries[row] for row in np.flatnonzero(ok).tolist()]
-        if cell.project is not None and group.scoped:
-            return [e for e in entries if not e.beacon.scope_projects or cell.project in e.beacon.scope_projects]  # type: ignore[union-attr]
-        return entries  # type: ignore[return-value]
+        return [group.entries[row] for row in routed_rows(group, cell, e0, now, energy, self._codes)]
 
     def match_owners(self, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> set[str]:
         """The owners of the beacons :meth:`match` returns (routing needs no more, and reads the
@@ -335,31 +203,11 @@ class BeaconIndex:
         ok = group.matching(cell, e0, now, energy, self._codes)
         return set(map(self._codes.owner_ids.__getitem__, group.owner[: group.n][ok].tolist()))
 
-    def _group_for(self, cell: CellPayload) -> _Group | None:
+    def _group_for(self, cell: CellPayload) -> BeaconColumns | None:
         group = self._groups.get((cell.tenant_id, cell.embedding_space))
         if group is None or group.n == group.dead or cell.embedding.shape != (group.dim,):
             return None
         return group
-
-
-def accepts(entry: IndexedBeacon, cell: CellPayload, e0: float, now: int, energy: EnergyParams) -> bool:
-    """The scalar form of :meth:`BeaconIndex.match`, for one beacon (repair uses it)."""
-    b = entry.beacon
-    if b.tenant_id != cell.tenant_id or b.embedding_space != cell.embedding_space:
-        return False
-    if b.embedding.shape != cell.embedding.shape or b.agent_id == cell.source_agent:
-        return False
-    if b.expires_at is not None and b.expires_at <= now:
-        return False
-    if b.cell_types and cell.cell_type not in b.cell_types:
-        return False
-    if b.project is not None and cell.project != b.project:
-        return False
-    if b.min_salience is not None and cell.salience < b.min_salience:
-        return False
-    if cell.project is not None and b.scope_projects and cell.project not in b.scope_projects:
-        return False
-    return float(b.embedding @ cell.embedding) >= energy.match_threshold(b.threshold, e0)
 
 
 def beacon_closeness(beacon: BeaconPayload, probes: dict[tuple[str, str], np.ndarray]) -> float:

@@ -45,6 +45,10 @@ class NodeConfig:
     embedder: dict[str, Any] = dataclasses.field(default_factory=dict)
     energy: EnergyModel = dataclasses.field(default_factory=EnergyModel)
     default_beacon_threshold: float = DEFAULT_BEACON_THRESHOLD
+    # The admission rule's judge (node.judges): "calibrated", or "cosine" (the threshold alone).
+    admission_judge: str = "calibrated"
+    admission_z_floor: float = 3.0
+    admission_lexical_weight: float = 4.0
     group_commit_ms: float = 2.0
     rate_limit: float = DEFAULT_RATE  # calls per second per API key; 0: no limit
     rate_burst: int = DEFAULT_BURST
@@ -110,6 +114,11 @@ provider = "builtin"
 
 [beacons]
 default_threshold = {DEFAULT_BEACON_THRESHOLD}
+# What enters an inbox: "calibrated" (each beacon's cosine against its own background, plus rare
+# shared words; see the README, "Relevance") or "cosine" (the threshold alone).
+# judge = "calibrated"
+# z_floor = 3.0
+# lexical_weight = 4.0
 
 [recall]
 # recall, query and search rank by meaning (the embedder's cosine) and by words (BM25 over the content):
@@ -151,7 +160,7 @@ def load_config(home: Path) -> NodeConfig:
     node = _table(data, "node", {"tenant_id", "name"}, path)
     api = _table(data, "api", {"listen", "rate_limit", "rate_burst"}, path)
     mesh = _table(data, "mesh", {"listen", "peers", "discovery"}, path)
-    beacons = _table(data, "beacons", {"default_threshold"}, path)
+    beacons = _table(data, "beacons", {"default_threshold", "judge", "z_floor", "lexical_weight"}, path)
     storage = _table(data, "storage", {"group_commit_ms"}, path)
     recall = _table(data, "recall", {"hybrid", "lexical_weight"}, path)
     hybrid = recall.get("hybrid", True)
@@ -169,6 +178,13 @@ def load_config(home: Path) -> NodeConfig:
     threshold = _number(beacons, "default_threshold", DEFAULT_BEACON_THRESHOLD, path, "beacons")
     if not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"{path}: [beacons] default_threshold must be between 0 and 1")
+    judge = beacons.get("judge", "calibrated")
+    if judge not in ("calibrated", "cosine"):
+        raise ConfigError(f"{path}: [beacons] judge must be \"calibrated\" or \"cosine\", not {judge!r}")
+    z_floor = _number(beacons, "z_floor", 3.0, path, "beacons")
+    lexical_weight = _number(beacons, "lexical_weight", 4.0, path, "beacons")
+    if not -10.0 <= z_floor <= 10.0 or not 0.0 <= lexical_weight <= 20.0:
+        raise ConfigError(f"{path}: [beacons] z_floor must be within -10..10 and lexical_weight within 0..20")
     group_commit_ms = _number(storage, "group_commit_ms", 2.0, path, "storage")
     if not 0.0 <= group_commit_ms <= 100.0:
         raise ConfigError(f"{path}: [storage] group_commit_ms must be between 0 and 100")
@@ -193,6 +209,9 @@ def load_config(home: Path) -> NodeConfig:
         embedder=dict(data.get("embedder", {})),
         energy=energy,
         default_beacon_threshold=threshold,
+        admission_judge=judge,
+        admission_z_floor=z_floor,
+        admission_lexical_weight=lexical_weight,
         group_commit_ms=group_commit_ms,
         rate_limit=rate_limit,
         rate_burst=int(rate_burst),

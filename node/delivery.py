@@ -1,15 +1,15 @@
 """Beacons and local delivery: which principals' inboxes a cell lands in.
 
 A beacon is a standing interest. When a cell is ingested, from a local agent or from
-the mesh alike, every live beacon of a *local* principal in the cell's tenant is
-evaluated; the cell lands in the inbox of each principal (other than its author) whose
-beacon matches. Matching follows the energy model: a beacon with threshold τ accepts a
-cell when ``cos ≥ τ − slack × E0``, and its filters (cell types, project, minimum
-salience, expiry, the owner's read scope) all hold. One inbox item per principal: the
-best-matching beacon names it.
+the mesh alike, every live beacon of a *local* principal in the cell's tenant is asked
+two questions, each owned by one module: does the routing rule send the cell to it
+(:mod:`mesh.routing_rule`: vectors and filters, the rule every hop of the mesh applies),
+and does the admission rule let it in (:mod:`node.admission_rule`: a better judge, which
+never admits what routing refuses). The cell lands in the inbox of each principal (other
+than its author) with an admitted beacon, once: the best-scoring beacon names it.
 
-The book keeps beacons as a matrix per tenant, so a cell is matched against all of
-them with one matrix-vector product.
+The book keeps beacons as the routing rule's columns per (tenant, space), so a cell is
+matched against all of them with one matrix-vector product.
 """
 
 from __future__ import annotations
@@ -20,9 +20,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from mesh.routing_rule import BeaconColumns, Codes, routed_rows
+
+from .admission_rule import Admission, AdmissionRule
 from .energy import EnergyModel
 
-__all__ = ["Beacon", "BeaconBook", "Delivery", "CellFacts"]
+__all__ = ["Beacon", "BeaconBook", "CellFacts"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +45,10 @@ class Beacon:
     ttl_seconds: int | None = None
     expires_at: int | None = None
     owner_projects: tuple[str, ...] = ()  # the owner's read scope; () reads every project
+
+    @property
+    def scope_projects(self) -> tuple[str, ...]:
+        return self.owner_projects
 
     def public(self) -> dict:
         return {
@@ -68,32 +75,31 @@ class CellFacts:
     project: str | None
     embedding: np.ndarray
     embedding_space: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Delivery:
-    agent_id: str
-    beacon_id: str
-    similarity: float
+    content: str = ""  # what a judge reads beside the vector
 
 
 class BeaconBook:
-    """The live beacons of this node's principals, grouped by tenant."""
+    """The live beacons of this node's principals, as routing-rule columns per (tenant, space)."""
 
-    def __init__(self, energy: EnergyModel) -> None:
+    def __init__(self, energy: EnergyModel, admission: AdmissionRule | None = None) -> None:
         self._energy = energy
+        self.admission = admission if admission is not None else AdmissionRule(energy)
         self._lock = threading.Lock()
-        self._by_tenant: dict[str, tuple[list[Beacon], np.ndarray]] = {}
+        self._beacons: dict[str, Beacon] = {}
+        self._columns: dict[tuple[str, str], tuple[BeaconColumns, Codes]] = {}
 
     def add(self, beacon: Beacon) -> None:
         with self._lock:
-            beacons, _ = self._by_tenant.get(beacon.tenant_id, ([], None))
-            beacons = [b for b in beacons if b.beacon_id != beacon.beacon_id] + [beacon]
-            self._by_tenant[beacon.tenant_id] = (beacons, np.stack([b.embedding for b in beacons]))
+            self._beacons.pop(beacon.beacon_id, None)
+            self._beacons[beacon.beacon_id] = beacon
+            self._rebuild()
 
     def add_many(self, beacons: Iterable[Beacon]) -> None:
-        for beacon in beacons:
-            self.add(beacon)
+        with self._lock:
+            for beacon in beacons:
+                self._beacons.pop(beacon.beacon_id, None)
+                self._beacons[beacon.beacon_id] = beacon
+            self._rebuild()
 
     def remove(self, beacon_id: str) -> None:
         self.remove_where(lambda b: b.beacon_id == beacon_id)
@@ -103,61 +109,42 @@ class BeaconBook:
 
     def remove_where(self, doomed) -> None:
         with self._lock:
-            for tenant, (beacons, _) in list(self._by_tenant.items()):
-                kept = [b for b in beacons if not doomed(b)]
-                if len(kept) == len(beacons):
-                    continue
-                if kept:
-                    self._by_tenant[tenant] = (kept, np.stack([b.embedding for b in kept]))
-                else:
-                    del self._by_tenant[tenant]
+            kept = {bid: b for bid, b in self._beacons.items() if not doomed(b)}
+            if len(kept) != len(self._beacons):
+                self._beacons = kept
+                self._rebuild()
+
+    def _rebuild(self) -> None:
+        # Beacons change rarely and a book holds a node's own principals' few: rebuilt whole,
+        # then swapped in, so a match in flight keeps the table it started with.
+        columns: dict[tuple[str, str], tuple[BeaconColumns, Codes]] = {}
+        for beacon in self._beacons.values():
+            key = (beacon.tenant_id, beacon.embedding_space)
+            table = columns.get(key)
+            if table is None or table[0].dim != len(beacon.embedding):
+                table = columns[key] = (BeaconColumns(len(beacon.embedding)), Codes())
+            table[0].append(beacon, beacon, 0, table[1])
+        self._columns = columns
 
     def of_agent(self, agent_id: str, now_ms: int) -> list[Beacon]:
         with self._lock:
-            groups = list(self._by_tenant.values())
-        return [
-            b
-            for beacons, _ in groups
-            for b in beacons
-            if b.agent_id == agent_id and (b.expires_at is None or b.expires_at > now_ms)
-        ]
+            beacons = list(self._beacons.values())
+        return [b for b in beacons if b.agent_id == agent_id and (b.expires_at is None or b.expires_at > now_ms)]
 
     def all_live(self, now_ms: int) -> list[Beacon]:
         with self._lock:
-            groups = list(self._by_tenant.values())
-        return [b for beacons, _ in groups for b in beacons if b.expires_at is None or b.expires_at > now_ms]
+            beacons = list(self._beacons.values())
+        return [b for b in beacons if b.expires_at is None or b.expires_at > now_ms]
 
-    def match(self, cell: CellFacts, now_ms: int) -> list[Delivery]:
-        """The inbox deliveries a cell earns, best beacon per principal."""
-        with self._lock:
-            beacons, matrix = self._by_tenant.get(cell.tenant_id, ([], None))
-        if not beacons:
+    def routed(self, cell: CellFacts, now_ms: int) -> list[Beacon]:
+        """The local beacons the routing rule sends ``cell`` to."""
+        table = self._columns.get((cell.tenant_id, cell.embedding_space))
+        if table is None or np.shape(cell.embedding) != (table[0].dim,):
             return []
-        similarities = matrix @ cell.embedding
+        columns, codes = table
         e0 = self._energy.initial(cell.salience, cell.cell_type)
-        best: dict[str, Delivery] = {}
-        for beacon, similarity in zip(beacons, similarities.tolist()):
-            if beacon.agent_id == cell.source_agent or beacon.embedding_space != cell.embedding_space:
-                continue
-            if similarity < self._energy.match_threshold(beacon.threshold, e0):
-                continue
-            if not _filters_pass(beacon, cell, now_ms):
-                continue
-            current = best.get(beacon.agent_id)
-            if current is None or similarity > current.similarity:
-                best[beacon.agent_id] = Delivery(beacon.agent_id, beacon.beacon_id, float(similarity))
-        return list(best.values())
+        return [columns.entries[row] for row in routed_rows(columns, cell, e0, now_ms, self._energy, codes)]
 
-
-def _filters_pass(beacon: Beacon, cell: CellFacts, now_ms: int) -> bool:
-    if beacon.expires_at is not None and beacon.expires_at <= now_ms:
-        return False
-    if beacon.cell_types and cell.cell_type not in beacon.cell_types:
-        return False
-    if beacon.project is not None and cell.project != beacon.project:
-        return False
-    if beacon.min_salience is not None and cell.salience < beacon.min_salience:
-        return False
-    if cell.project is not None and beacon.owner_projects and cell.project not in beacon.owner_projects:
-        return False
-    return True
+    def match(self, cell: CellFacts, now_ms: int) -> list[Admission]:
+        """The inbox deliveries a cell earns: routed, then admitted; the best beacon per principal."""
+        return self.admission.admit(self.routed(cell, now_ms), cell)

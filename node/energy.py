@@ -60,6 +60,9 @@ class EnergyModel:
     half_life_days: Mapping[str, float] = dataclasses.field(default_factory=_default_half_lives_days)
     max_hops: int = 6
     match_slack: float = 0.05
+    # How much wider than a beacon's threshold the mesh routes (mesh.routing_rule): routing
+    # is tuned for recall, and the receiving node admits narrowly (node.admission_rule).
+    route_margin: float = 0.08
     repair_floor: float = 0.05
     promote_energy: float = 0.7
     promote_recall_hits: int = 3
@@ -115,6 +118,10 @@ class EnergyModel:
     def match_threshold(self, beacon_threshold: float, e0: float) -> float:
         """A beacon with threshold τ accepts a cell when ``cos ≥ τ − slack × E0``."""
         return beacon_threshold - self.match_slack * e0
+
+    def route_threshold(self, beacon_threshold: float, e0: float) -> float:
+        """The routing rule's floor: the match threshold widened by ``route_margin``."""
+        return self.match_threshold(beacon_threshold, e0) - self.route_margin
 
     def promoted_on_arrival(self, e0: float) -> bool:
         """Does a cell enter L1 as soon as it is stored?"""

@@ -65,15 +65,14 @@ class CellWrites:
             self._join_layer(tx, name, rowid, cell.embedding)
         facts = CellFacts(
             cell.tenant_id, cell.source_agent, cell.cell_type, cell.salience, cell.project,
-            cell.embedding, cell.embedding_space,
+            cell.embedding, cell.embedding_space, cell.content or "",
         )  # fmt: skip
         for delivery in self.beacons.match(facts, now):
             received_at = max(now, self._last_received + 1)
-            delivered = self._inbox.deliver(
-                tx, delivery.agent_id, rowid, delivery.beacon_id, delivery.similarity, received_at, cell.hops
-            )
+            delivered = self._inbox.deliver(tx, delivery.agent_id, rowid, delivery, received_at, cell.hops)
             if delivered:
                 self._last_received = received_at
+        self.beacons.admission.observe(cell.embedding, cell.content)  # judged first, then held
         return cell.node_id
 
     def write_tombstone(self, tx: Transaction, cell: Cell) -> None:

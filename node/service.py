@@ -28,6 +28,7 @@ import trio
 from mesh.identity import NodeIdentity
 
 from . import cells as v
+from .admission_rule import AdmissionRule, CosineJudge, Judge
 from .agents import AgentAdmin
 from .config import NodeConfig
 from .data_dir import require_database
@@ -40,6 +41,7 @@ from .ids import new_id
 from .inbound import InboundPort
 from .ingest import CellWrites
 from .interests import Interests
+from .judges import BACKGROUND_CELLS, Background, CalibratedJudge, TermStats, load_background_notes
 from .layers import LayerSet
 from .metrics import NodeMetrics, observed
 from .principals import Principal
@@ -112,7 +114,7 @@ class MemoryService:
         self.node_id = identity.node_id
         self.energy = config.energy
         self.clock = clock
-        self.beacons = BeaconBook(config.energy)
+        self.beacons = BeaconBook(config.energy, AdmissionRule(config.energy, self._judge(config, embedder)))
         self._embedding = EmbeddingWorker(embedder)
         self.rate_limiter = RateLimiter(config.rate_limit, config.rate_burst)  # per agent, in authenticate
         self.agents = AgentAdmin(store, config.tenant_id, clock, self._agent_revoked)
@@ -189,8 +191,21 @@ class MemoryService:
         self.storage.close()  # drains queued writes first
         self.layers.close()  # indexes what is left and saves
 
+    @staticmethod
+    def _judge(config: NodeConfig, embedder: Embedder) -> Judge:
+        if config.admission_judge == "cosine":
+            return CosineJudge(config.energy)
+        return CalibratedJudge(
+            config.energy, Background(embedder.dim), TermStats(load_background_notes()),
+            default_threshold=config.default_beacon_threshold, z_floor=config.admission_z_floor,
+            lexical_weight=config.admission_lexical_weight,
+        )  # fmt: skip
+
     def _load_beacons(self) -> None:
         self.beacons.add_many(self.storage.beacons.live_local(self.node_id))
+        # The newest cells held are the judge's background again (node.judges).
+        for content, embedding in self.storage.cells.recent(self.embedder.space, BACKGROUND_CELLS):
+            self.beacons.admission.observe(np.frombuffer(embedding, dtype=np.float32), content)
 
     # -- principals ---------------------------------------------------------------
 

@@ -65,6 +65,8 @@ def inbox_dict(entry: InboxEntry) -> dict[str, Any]:
         "received_at": entry.received_at,
         "beacon_id": entry.beacon_id,
         "similarity": round(entry.similarity, 6),
+        "score": round(entry.score, 6),
+        "why": entry.reason,
         "hops": entry.hops,
         "forgotten": entry.forgotten_at is not None,
     }

@@ -3,8 +3,8 @@
 Topic centres are random unit vectors. A beacon sits at cosine ``beacon_cos`` from the
 centre of a topic drawn with Zipf skew; a cell sits at cosine ``cell_cos`` from the
 centre of its own (Zipf-drawn) topic. Ground truth, the *interested set* of a cell, is
-every node other than the origin with a beacon that accepts it by DESIGN §4 (``cos ≥
-τ − slack × E0`` and the filters), evaluated here with the same :class:`EnergyModel`
+every node other than the origin with a beacon the routing rule sends it to (``cos ≥
+τ − slack × E0 − route_margin`` and the filters; mesh.routing_rule), evaluated here with the same :class:`EnergyModel`
 formulas and float32 arithmetic. That is measurement, not routing: strategies never
 see it except the oracle, whose whole point is to know it.
 """
@@ -153,7 +153,7 @@ class Workload:
         if not self.beacons:
             return frozenset()
         e0 = self.energy.initial(salience, cell_type)
-        ok = (self._b_vec @ vector) >= self.energy.match_threshold(self._b_tau, e0)
+        ok = (self._b_vec @ vector) >= self.energy.route_threshold(self._b_tau, e0)
         ok &= self._b_min_sal <= np.float32(salience)
         ok &= self._b_node != origin
         nodes = {int(self._b_node[j]) for j in np.flatnonzero(ok).tolist()

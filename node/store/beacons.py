@@ -16,6 +16,7 @@ import numpy as np
 from ..delivery import Beacon
 
 if TYPE_CHECKING:
+    from ..admission_rule import Admission
     from .database import Database, Transaction
 
 __all__ = ["BeaconStore", "Inbox", "InboxEntry"]
@@ -93,7 +94,8 @@ class BeaconStore:
 
 _ENTRY_COLUMNS = (
     "i.seq, c.node_id, c.content, c.cell_type, c.salience, c.source_agent, c.origin_node, c.project, c.scene_id, "
-    "c.source_ref, c.metadata, c.created_at, i.received_at, i.beacon_id, i.similarity, i.hops, c.forgotten_at"
+    "c.source_ref, c.metadata, c.created_at, i.received_at, i.beacon_id, i.similarity, i.hops, c.forgotten_at, "
+    "COALESCE(i.score, i.similarity), i.reason"
 )
 
 
@@ -117,6 +119,8 @@ class InboxEntry(NamedTuple):
     similarity: float
     hops: int
     forgotten_at: int | None
+    score: float  # the admission rule's (the cosine, for deliveries from before it kept one)
+    reason: str | None  # why the admission rule let the cell in
 
 
 def _entry(row: tuple) -> InboxEntry:
@@ -133,13 +137,14 @@ class Inbox:
         return last
 
     def deliver(
-        self, tx: Transaction, agent_id: str, rowid: int, beacon_id: str, similarity: float, received_at: int, hops: int
+        self, tx: Transaction, agent_id: str, rowid: int, admission: Admission, received_at: int, hops: int
     ) -> bool:
         """Put a cell in an agent's inbox; False when it was there already."""
+        a = admission
         return bool(tx.execute(
-            "INSERT OR IGNORE INTO inbox (agent_id, cell_rowid, beacon_id, similarity, received_at, hops) "
-            "VALUES (?,?,?,?,?,?)",
-            (agent_id, rowid, beacon_id, similarity, received_at, hops),
+            "INSERT OR IGNORE INTO inbox (agent_id, cell_rowid, beacon_id, similarity, score, reason, received_at, hops) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            (agent_id, rowid, a.beacon_id, a.similarity, a.score, a.reason, received_at, hops),
         ).rowcount)  # fmt: skip
 
     def since(self, agent_id: str, since: int, limit: int) -> list[InboxEntry]:

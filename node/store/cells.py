@@ -173,6 +173,16 @@ class CellStore:
         )
         return {rowid: np.frombuffer(blob, dtype=np.float32) for rowid, blob in rows if blob}
 
+    def recent(self, space: str, limit: int) -> list[tuple[str, bytes]]:
+        """``(content, embedding bytes)`` of the newest ``limit`` live cells of one embedding
+        space, oldest first (the admission judge's background at start-up)."""
+        rows = self.db.query(
+            "SELECT content, embedding FROM cells WHERE forgotten_at IS NULL AND layer != 'L2' "
+            "AND embedding_space = ? ORDER BY rowid DESC LIMIT ?",
+            (space, limit),
+        )
+        return rows[::-1]
+
     def live_count(self) -> int:
         (count,) = self.db.query_one("SELECT COUNT(*) FROM cells WHERE forgotten_at IS NULL")
         return count

@@ -185,6 +185,12 @@ MIGRATIONS: list[list[str]] = [
         """INSERT INTO cells_fts (rowid, content, source_ref)
            SELECT rowid, content, source_ref FROM cells WHERE forgotten_at IS NULL""",
     ],
+    # v6: each inbox delivery keeps the admission rule's score and why it admitted the cell
+    # (node.admission_rule); rows from before read as scored by their cosine, with no reason.
+    [
+        "ALTER TABLE inbox ADD COLUMN score REAL",
+        "ALTER TABLE inbox ADD COLUMN reason TEXT",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -118,7 +118,8 @@ class FakeService:
                 continue
             diff = {
                 **cell, "inbox_id": str(uuid.uuid4()), "received_at": self.now(),
-                "beacon_id": beacon["beacon_id"], "similarity": similarity, "hops": 0,
+                "beacon_id": beacon["beacon_id"], "similarity": similarity, "score": similarity,
+                "why": f"word overlap {similarity:.2f}", "hops": 0,
             }
             self.inboxes.setdefault(beacon["owner"], []).append(diff)
 

@@ -295,7 +295,8 @@ def test_the_nearest_owners_are_ranked_by_their_best_beacon_then_by_id(seed, cou
 def test_the_bulk_match_accepts_exactly_the_beacons_the_scalar_rule_does(seed, filtered):
     # BeaconIndex.match skips the filter columns no beacon of the group set, and the agent
     # column for an agent that owns no beacon: the answers of `accepts`, row by row.
-    from mesh.routing import BeaconIndex, accepts
+    from mesh.routing import BeaconIndex
+    from mesh.routing_rule import accepts
     from mesh.wire import CellPayload
     from node.energy import EnergyModel
 
@@ -324,7 +325,7 @@ def test_the_bulk_match_accepts_exactly_the_beacons_the_scalar_rule_does(seed, f
         got = sorted(e.beacon.beacon_id for e in index.match(cell, e0, now, energy))
         by_rule = index.of_owner  # every live entry, owner by owner
         want = sorted(e.beacon.beacon_id for o in {f"o{i}" for i in range(7)} for e in by_rule(o)
-                      if accepts(e, cell, e0, now, energy))  # fmt: skip
+                      if accepts(e.beacon, cell, e0, now, energy))  # fmt: skip
         assert got == want
         # the routers' form: the owners of those beacons, read off a column
         assert index.match_owners(cell, e0, now, energy) == {o for o in {f"o{i}" for i in range(7)}

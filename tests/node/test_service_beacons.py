@@ -484,3 +484,31 @@ async def test_received_at_keeps_increasing_across_a_restart_with_a_clock_set_ba
         async with open_node(home, embedder=HashedEmbedder(), clock=itertools.count(1_000_000_000_000).__next__) as service:
             later = await store(service, alice, text)
             assert await caught(service, bob, since=since) == [later]
+
+
+async def test_the_admission_judges_background_is_the_cells_held_and_survives_a_restart(home, clock):
+    """With enough cells held, a beacon measures each cell against its own everyday (node.judges):
+    an ordinary cell on a topic the team writes about all the time stays out, one that stands out
+    comes in, and a restart rebuilds the same background from the store."""
+    # Everyday writing close to the beacon by cosine (about 0.44 here) but sharing none of its words.
+    everyday = [f"postgresql connexion pooling sizing note {i}" for i in range(40)]
+    with trio.fail_after(60):
+        async with open_node(home, embedder=HashedEmbedder(), clock=clock) as service:
+            alice, _ = await service.add_agent("alice")
+            bob, bob_key = await service.add_agent("bob")
+            for text in everyday:
+                await store(service, alice, text)
+            await beacon(service, bob, TOPIC)  # placed after: its inbox starts empty
+            assert cos(service, TOPIC, "postgresql connexion pooling sizing note 41") > 0.28 + 0.1
+            ordinary = await store(service, alice, "postgresql connexion pooling sizing note 41")
+            standout = await store(service, alice, TOPIC + " is twenty")
+            before = {d["node_id"]: d for d in (await service.inbox(bob))["diffs"]}
+        async with open_node(home, embedder=HashedEmbedder(), clock=clock) as service:
+            bob = await service.authenticate(bob_key)
+            again = await store(service, alice, "postgresql connexion pooling sizing note 42")  # the cosine rule admits it
+            standout_again = await store(service, alice, TOPIC + " is thirty now")
+            after = await caught(service, bob)
+    assert ordinary not in before and standout in before
+    assert "sd over this beacon's background" in before[standout]["why"]
+    assert before[standout]["score"] > 3.0 > before[standout]["similarity"]
+    assert again not in after and standout_again in after

@@ -5,15 +5,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from mesh import routing
+from mesh import routing, routing_rule
 from simulations.runner import RunConfig, run
 
 SIMULATIONS = Path(__file__).resolve().parents[2] / "simulations"
 
 
 def test_hyphae_follows_the_engines_router(monkeypatch):
+    # routing exactly at the beacons' thresholds: the scenario's catch-up timing was built on it
     cfg = RunConfig(nodes=6, stores=6, seed=7, strategies=("hyphae",), dim=16, topics=3, beacons_per_node=1,
-                    drain_ms=5000)  # fmt: skip
+                    drain_ms=5000, energy=(("route_margin", 0.0),))  # fmt: skip
     before = run(cfg).summary["strategies"]["hyphae"]
     assert before["delivery_ratio"] == 1.0 and before["interested_mean"] > 0
     # Break the production router: the origin now selects no targets at all.
@@ -39,20 +40,20 @@ def test_partial_view_is_the_engines_partial_policy(monkeypatch):
 
 
 def test_hyphae_follows_the_engines_matching(monkeypatch):
-    """Matching lives in mesh.routing's beacon index (its groups' ``matching``, behind
+    """Matching lives in mesh.routing_rule (its columns' ``matching``, behind
     ``BeaconIndex.match`` and ``match_owners``): loosen it and precision falls."""
     cfg = RunConfig(nodes=6, stores=6, seed=7, strategies=("hyphae",), dim=16, topics=3, beacons_per_node=1,
                     drain_ms=5000)  # fmt: skip
-    everyone = routing._Group.matching
+    everyone = routing_rule.BeaconColumns.matching
 
     def match_all(self, cell, e0, now, energy, codes):
         class Loose:
-            def match_threshold(self, tau, e0):
+            def route_threshold(self, tau, e0):
                 return tau - 2.0
 
         return everyone(self, cell, e0, now, Loose(), codes)
 
-    monkeypatch.setattr(routing._Group, "matching", match_all)
+    monkeypatch.setattr(routing_rule.BeaconColumns, "matching", match_all)
     s = run(cfg).summary["strategies"]["hyphae"]
     assert s["precision"] < 1.0
 
