@@ -182,8 +182,8 @@ def load_config(home: Path) -> NodeConfig:
     if judge not in ("calibrated", "cosine"):
         raise ConfigError(f"{path}: [beacons] judge must be \"calibrated\" or \"cosine\", not {judge!r}")
     z_floor = _number(beacons, "z_floor", 3.0, path, "beacons")
-    lexical_weight = _number(beacons, "lexical_weight", 4.0, path, "beacons")
-    if not -10.0 <= z_floor <= 10.0 or not 0.0 <= lexical_weight <= 20.0:
+    judge_lexical_weight = _number(beacons, "lexical_weight", 4.0, path, "beacons")
+    if not -10.0 <= z_floor <= 10.0 or not 0.0 <= judge_lexical_weight <= 20.0:
         raise ConfigError(f"{path}: [beacons] z_floor must be within -10..10 and lexical_weight within 0..20")
     group_commit_ms = _number(storage, "group_commit_ms", 2.0, path, "storage")
     if not 0.0 <= group_commit_ms <= 100.0:
@@ -211,7 +211,7 @@ def load_config(home: Path) -> NodeConfig:
         default_beacon_threshold=threshold,
         admission_judge=judge,
         admission_z_floor=z_floor,
-        admission_lexical_weight=lexical_weight,
+        admission_lexical_weight=judge_lexical_weight,
         group_commit_ms=group_commit_ms,
         rate_limit=rate_limit,
         rate_burst=int(rate_burst),

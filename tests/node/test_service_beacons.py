@@ -412,9 +412,23 @@ async def test_pull_inbox_pages_with_a_server_cursor(service, make_agent):
     assert await caught(service, bob) == stored
 
 
-async def test_concurrent_pulls_never_return_the_same_item_twice(service, make_agent):
-    alice, _ = await make_agent()
-    bob, _ = await make_agent()
+def pin_cosine_judge(home) -> None:
+    """Admit on the threshold alone: a test of the inbox's mechanics that stores more cells than the
+    calibrated judge needs for a background keeps its thresholds exact (node.judges)."""
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace("[beacons]\n", '[beacons]\njudge = "cosine"\n', 1))
+
+
+async def test_concurrent_pulls_never_return_the_same_item_twice(home, clock):
+    pin_cosine_judge(home)
+    async with open_node(home, embedder=HashedEmbedder(), clock=clock) as service:
+        await concurrent_pulls(service)
+
+
+async def concurrent_pulls(service) -> None:
+    with trio.fail_after(10):
+        alice, _ = await service.add_agent("alice")
+        bob, _ = await service.add_agent("bob")
     await beacon(service, bob, TOPIC, threshold=0.3)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
