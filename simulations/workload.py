@@ -152,13 +152,20 @@ class Workload:
     def _interested(self, origin: int, vector: np.ndarray, salience: float, cell_type: str) -> frozenset[int]:
         if not self.beacons:
             return frozenset()
+        ok = self._accepting(origin, vector, salience, cell_type)
+        return frozenset(int(self._b_node[j]) for j in np.flatnonzero(ok).tolist())
+
+    def _accepting(self, origin: int, vector: np.ndarray, salience: float, cell_type: str) -> np.ndarray:
+        """Which beacons accept a cell (a mask over ``self.beacons``): the routing rule, the one
+        place the ground truth writes it (the labelled workload reads it here too)."""
         e0 = self.energy.initial(salience, cell_type)
         ok = (self._b_vec @ vector) >= self.energy.match_threshold(self._b_tau, e0)
         ok &= self._b_min_sal <= np.float32(salience)
         ok &= self._b_node != origin
-        nodes = {int(self._b_node[j]) for j in np.flatnonzero(ok).tolist()
-                 if self._b_types[j] is None or cell_type in self._b_types[j]}  # fmt: skip
-        return frozenset(nodes)
+        for j in np.flatnonzero(ok).tolist():
+            if self._b_types[j] is not None and cell_type not in self._b_types[j]:
+                ok[j] = False
+        return ok
 
     def beacons_of(self, node: int) -> list[BeaconPayload]:
         return self._by_node.get(node, [])
