@@ -210,6 +210,7 @@ class LabelledWorkload(Workload):
                 memory_id=memory["id"], author=memory["author"], content=memory["content"], space=space,
                 project=stream.project,
             ))  # fmt: skip
+        self.stream_cells = cells  # the same cells, typed as memories (memory id, author)
         self.cells: list[SimCell] = list(cells)
         # accepts[b, i]: beacon b accepts cell i by the routing rule (what routing may deliver for it)
         self.accepts = np.array(accepting, bool).T if accepting else np.zeros((len(self.beacons), 0), bool)
@@ -227,13 +228,14 @@ class LabelledWorkload(Workload):
 
     def describe(self) -> dict[str, Any]:
         """What ``summary.json`` says of the workload (no machine path: the file by name and hash)."""
+        stored = {c.memory_id for c in self.stream_cells}
         return {
             "kind": "team-stream", "file": self.stream.name, "sha256": self.stream.sha256,
             "memories": len(self.cells), "beacons": len(self.beacons), "owners": len(self.owners),
             "people": len(self.team), "team_nodes": dict(sorted(self.team.items())),
             "embedding_space": self.embedding_space, "beacon_threshold": self.threshold,
             # (beacon, memory) pairs judged relevant, and (owner, memory) pairs after the union per owner
-            "judged_pairs": sum(len(v & {c.memory_id for c in self.cells}) for v in self.stream.judgements.values()),  # type: ignore[attr-defined]
+            "judged_pairs": sum(len(v & stored) for v in self.stream.judgements.values()),
             "owner_relevant_pairs": sum(len(v) for v in self.relevant.values()),
         }  # fmt: skip
 

@@ -210,7 +210,8 @@ def run(
         )  # fmt: skip
         summary.update(outcome.extras)
         if labelled is not None:
-            summary["semantic"] = semantic_summary(labelled, outcome.recorder.delivered, outcome.origin_ms, admit, skipped)
+            delivered = outcome.recorder.delivered
+            summary["semantic"] = semantic_summary(labelled, delivered, outcome.origin_ms, admit, skipped)
         strategies[name] = summary
         rows += cell_rows
         wall[name] = round(time.perf_counter() - t0, 3)

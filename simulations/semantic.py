@@ -65,19 +65,21 @@ def score(got: Iterable[str], relevant: Iterable[str]) -> dict[str, Any]:
     p = hits / len(got) if got else 0.0
     r = hits / len(relevant) if relevant else 0.0
     f = 2 * p * r / (p + r) if p + r else 0.0
-    return {"precision": _r(p), "recall": _r(r), "f1": _r(f), "delivered": len(got), "relevant": len(relevant),
-            "hits": hits}  # fmt: skip
+    return {"precision": p, "recall": r, "f1": f, "delivered": len(got), "relevant": len(relevant), "hits": hits}
 
 
 def _r(x: float) -> float:
     return round(float(x), 6)
 
 
+_FIGURES = ("precision", "recall", "f1")
+
+
 def _macro(per_owner: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The mean of each figure over owners, and each owner's (rounded only here, once)."""
     rows = list(per_owner.values())
-    out: dict[str, Any] = {k: _r(sum(row[k] for row in rows) / len(rows)) if rows else None
-                           for k in ("precision", "recall", "f1")}  # fmt: skip
-    out["per_owner"] = dict(per_owner)
+    out: dict[str, Any] = {k: _r(sum(row[k] for row in rows) / len(rows)) if rows else None for k in _FIGURES}
+    out["per_owner"] = {o: {k: _r(v) if k in _FIGURES else v for k, v in row.items()} for o, row in per_owner.items()}
     return out
 
 
@@ -101,8 +103,8 @@ def semantic_summary(
         routed_ids: set[str] = set()
         admitted_ids: set[str] = set()
         for at, i in arrivals:
-            cell = workload.cells[i]
-            memory, author = cell.memory_id, cell.author  # type: ignore[attr-defined]
+            cell = workload.stream_cells[i]
+            memory, author = cell.memory_id, cell.author
             matching = [j for j in rows if workload.accepts[j, i]]
             if author == owner or not matching:
                 continue  # a relay's copy, or the owner's own memory: never an inbox item
@@ -113,8 +115,10 @@ def semantic_summary(
             verdicts = [bool(admit(workload.beacons[j].payload, payloads[i])) for j in matching]
             if any(verdicts):
                 admitted_ids.add(memory)
-        relevant = workload.relevant[owner] - {c.memory_id for c in workload.cells if c.author == owner}  # type: ignore[attr-defined]
-        relevant -= {workload.cells[i].memory_id for i in skipped}  # type: ignore[attr-defined]
+        # the owner's own memories (the judgements never list them) and those never stored are not wanted
+        relevant = workload.relevant[owner] - {
+            c.memory_id for c in workload.stream_cells if c.author == owner or c.index in skipped
+        }
         routed[owner] = {"beacons": len(rows), **score(routed_ids, relevant)}
         admitted[owner] = {"beacons": len(rows), **score(admitted_ids, relevant)}
     return {"owners": len(workload.owners), "routed": _macro(routed), "admitted": _macro(admitted)}
@@ -125,4 +129,4 @@ def rule_summary(workload: LabelledWorkload, skipped: frozenset[int] = frozenset
     ceiling of any transport: what the oracle strategy reaches)."""
     perfect = [{node: (0, 0) for node in cell.interested} for cell in workload.cells]
     routed = semantic_summary(workload, perfect, 0, accept_routed, skipped)["routed"]
-    return {k: routed[k] for k in ("precision", "recall", "f1")}
+    return {k: routed[k] for k in _FIGURES}
