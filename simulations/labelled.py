@@ -180,6 +180,7 @@ class LabelledWorkload(Workload):
         self.threshold = threshold
         self.energy = energy
         self.team = place_team(stream.people, nodes, seed)  # person -> node
+        self.watched_nodes = frozenset(self.team.values())
         self.spec = WorkloadSpec(
             nodes=nodes, stores=len(kept), dim=int(memory_vectors.shape[1]), topics=1, beacons_per_node=0,
             store_interval_ms=store_interval_ms,

@@ -177,6 +177,10 @@ class Workload:
             out.setdefault(b.node, []).append(b.payload)
         return out
 
+    # The nodes whose overlay a partial view's warm-up waits to settle (None: every node). A
+    # labelled workload's team is a few nodes among idle relays, whose settling says nothing of it.
+    watched_nodes: frozenset[int] | None = None
+
     @cached_property
     def store_phase_ms(self) -> int:
         return self.cells[-1].at_ms if self.cells else 0
