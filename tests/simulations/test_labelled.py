@@ -198,3 +198,11 @@ def test_workload_names():
     for wrong in ("teamstream", "synthetic:x", "team-stream:/no/such/file.json"):
         with pytest.raises(ValueError):
             parse_workload(wrong)
+
+
+def test_a_team_among_idle_relays_in_a_partial_view(tmp_path):
+    """Forty nodes, three of them the team: the warm-up waits for the team's overlay (the idle
+    relays have nothing to settle), and every cell still reaches whoever its rule names."""
+    hyphae = _run(tmp_path, nodes=40, view="partial").summary["strategies"]["hyphae"]
+    assert hyphae["warmup_converged"] and hyphae["delivery_ratio"] == 1.0
+    assert hyphae["semantic"]["routed"]["precision"] == round(7 / 12, 6)
