@@ -76,6 +76,9 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("--embed-cache", metavar="DIR",
                    help="team-stream: where its vectors are kept between runs (default: the user's cache "
                         "directory, hyphae/simulations/embeddings)")
+    p.add_argument("--team-peers", action="store_true",
+                   help="team-stream: each teammate's node is told of the others' at boot, beside its random "
+                        "seeds (a team whose members joined through each other)")
     p.add_argument("--admission", metavar="MODULE:NAME",
                    help="team-stream: admit(beacon_payload, cell_payload) -> bool deciding which routed cells "
                         "enter an inbox (default: every one routing delivered)")
@@ -141,7 +144,7 @@ def config_from(args: argparse.Namespace, **overrides: object) -> RunConfig:
         ttl=args.ttl, mesh=_mesh_overrides(args.mesh), warmup_max_ms=args.warmup_max_ms,
         energy=_mesh_overrides(args.energy), crypto=args.crypto, processes=getattr(args, "processes", 1),
         workload=args.workload, beacon_threshold=args.beacon_threshold, embed_cache=args.embed_cache,
-        admission=args.admission,
+        admission=args.admission, team_peers=args.team_peers,
     )  # fmt: skip
     values.update(overrides)
     return RunConfig(**values)  # type: ignore[arg-type]

@@ -172,6 +172,7 @@ class LabelledWorkload(Workload):
     def __init__(
         self, stream: TeamStream, vectors: tuple[np.ndarray, np.ndarray], space: str, *, nodes: int, seed: int,
         energy: EnergyModel, threshold: float, store_interval_ms: int = 50, stores: int | None = None,
+        team_peers: bool = False,
     ) -> None:  # fmt: skip
         memory_vectors, beacon_vectors = vectors
         kept = stream.memories if stores is None else stream.memories[:stores]
@@ -181,6 +182,7 @@ class LabelledWorkload(Workload):
         self.energy = energy
         self.team = place_team(stream.people, nodes, seed)  # person -> node
         self.watched_nodes = frozenset(self.team.values())
+        self.team_peers = team_peers
         self.spec = WorkloadSpec(
             nodes=nodes, stores=len(kept), dim=int(memory_vectors.shape[1]), topics=1, beacons_per_node=0,
             store_interval_ms=store_interval_ms,
@@ -223,6 +225,13 @@ class LabelledWorkload(Workload):
             for owner in self.owners
         }  # fmt: skip
 
+    def boot_peers(self, node: int) -> tuple[int, ...]:
+        """With ``team_peers``, a teammate's node is told of every other teammate's at boot (a team
+        whose members joined through each other); else only of its random seeds, like any node."""
+        if not self.team_peers or node not in self.watched_nodes:
+            return ()
+        return tuple(sorted(self.watched_nodes - {node}))
+
     @property
     def owners(self) -> list[str]:
         return sorted({b["owner"] for b in self.stream.beacons})
@@ -243,7 +252,7 @@ class LabelledWorkload(Workload):
 
 def build_labelled(
     path: Path, *, nodes: int, seed: int, energy: EnergyModel, threshold: float, store_interval_ms: int,
-    stores: int | None, embedder: TextEmbedder | None = None, cache_dir: Path | None = None,
+    stores: int | None, embedder: TextEmbedder | None = None, cache_dir: Path | None = None, team_peers: bool = False,
 ) -> LabelledWorkload:  # fmt: skip
     """Read, embed (or read the cache) and place a team stream; ``embedder`` defaults to the node's."""
     stream = load_stream(path)
@@ -252,7 +261,7 @@ def build_labelled(
     vectors = embed_stream(stream, embedder, cache_dir)
     return LabelledWorkload(
         stream, vectors, embedder.space, nodes=nodes, seed=seed, energy=energy, threshold=threshold,
-        store_interval_ms=store_interval_ms, stores=stores,
+        store_interval_ms=store_interval_ms, stores=stores, team_peers=team_peers,
     )  # fmt: skip
 
 

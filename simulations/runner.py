@@ -76,6 +76,7 @@ class RunConfig:
     beacon_threshold: float = DEFAULT_BEACON_THRESHOLD  # every labelled beacon's τ: the node's default
     embed_cache: str | None = None  # where labelled vectors are kept between runs (None: the user's cache)
     admission: str | None = None  # MODULE:NAME of an admission stage (None: admit what routing delivered)
+    team_peers: bool = False  # teammates' nodes are told of each other at boot (simulations.labelled)
 
     def __post_init__(self) -> None:
         kind, _ = parse_workload(self.workload)
@@ -150,7 +151,7 @@ class RunConfig:
             out["workload"] = "team-stream"
             out["admission"] = out["admission"] or "accept_routed"
         else:  # a synthetic run's summary stays as it was before labelled workloads
-            for name in ("workload", "beacon_threshold", "embed_cache", "admission"):
+            for name in ("workload", "beacon_threshold", "embed_cache", "admission", "team_peers"):
                 del out[name]
         return out
 
@@ -237,7 +238,7 @@ def _workload(cfg: RunConfig, energy: EnergyModel, embedder: TextEmbedder | None
     return build_labelled(
         path, nodes=cfg.nodes, seed=cfg.seed, energy=energy, threshold=cfg.beacon_threshold,
         store_interval_ms=cfg.store_interval_ms, stores=cfg.stores, embedder=embedder,
-        cache_dir=Path(cfg.embed_cache) if cfg.embed_cache else default_cache_dir(),
+        cache_dir=Path(cfg.embed_cache) if cfg.embed_cache else default_cache_dir(), team_peers=cfg.team_peers,
     )  # fmt: skip
 
 

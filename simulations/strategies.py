@@ -399,6 +399,7 @@ def boot_nodes(ctx: Context, net: SimNetwork, owns: Callable[[int], bool] = lamb
             seeds = sorted({j if j < i else j + 1 for j in picks})
         else:  # a few earlier members each: the full view learns the rest by gossip
             seeds = sorted(set(seed_rng.sample(range(i), min(i, ctx.seeds_per_node))))
+        seeds = sorted(set(seeds) | set(w.boot_peers(i)))
         if owns(i):  # every part draws every node's seeds, so that the draws are the same
             addr = address(i)
             net.add(net.build(addr))

@@ -181,6 +181,10 @@ class Workload:
     # labelled workload's team is a few nodes among idle relays, whose settling says nothing of it.
     watched_nodes: frozenset[int] | None = None
 
+    def boot_peers(self, node: int) -> tuple[int, ...]:
+        """Nodes ``node`` is told of at boot beside its random seeds (none here)."""
+        return ()
+
     @cached_property
     def store_phase_ms(self) -> int:
         return self.cells[-1].at_ms if self.cells else 0

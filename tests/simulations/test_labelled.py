@@ -182,7 +182,7 @@ def test_summary_json_carries_the_semantic_fields(tmp_path, monkeypatch):
 def test_a_synthetic_run_has_no_semantic_figures():
     summary = run(RunConfig(nodes=4, stores=2, dim=16, drain_ms=2000, strategies=("oracle",))).summary
     assert "workload" not in summary and "semantic" not in summary["strategies"]["oracle"]
-    assert not {"workload", "beacon_threshold", "embed_cache", "admission"} & set(summary["config"])
+    assert not {"workload", "beacon_threshold", "embed_cache", "admission", "team_peers"} & set(summary["config"])
 
 
 def test_a_labelled_run_is_the_same_on_two_processes(tmp_path):
@@ -206,3 +206,18 @@ def test_a_team_among_idle_relays_in_a_partial_view(tmp_path):
     hyphae = _run(tmp_path, nodes=40, view="partial").summary["strategies"]["hyphae"]
     assert hyphae["warmup_converged"] and hyphae["delivery_ratio"] == 1.0
     assert hyphae["semantic"]["routed"]["precision"] == round(7 / 12, 6)
+
+
+def test_teammates_told_of_each_other_at_boot(tmp_path):
+    def workload(team_peers: bool):
+        return build_labelled(TINY_STREAM, nodes=40, seed=7, energy=EnergyModel(), threshold=0.28,
+                              store_interval_ms=50, stores=None, embedder=FirstWordEmbedder(), cache_dir=tmp_path,
+                              team_peers=team_peers)  # fmt: skip
+
+    apart, together = workload(False), workload(True)
+    team = sorted(together.team.values())
+    assert all(apart.boot_peers(n) == () for n in range(40))
+    assert together.boot_peers(team[0]) == tuple(team[1:])
+    assert all(together.boot_peers(n) == () for n in range(40) if n not in team)
+    hyphae = _run(tmp_path, nodes=40, view="partial", team_peers=True).summary["strategies"]["hyphae"]
+    assert hyphae["delivery_ratio"] == 1.0
