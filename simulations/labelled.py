@@ -45,7 +45,7 @@ from .workload import TENANT, SimBeacon, SimCell, Workload, WorkloadSpec
 
 __all__ = [
     "TeamStream", "LabelledCell", "LabelledWorkload", "TextEmbedder", "DEFAULT_STREAM", "WORKLOADS",
-    "parse_workload", "load_stream", "embed_stream", "place_team", "default_cache_dir",
+    "parse_workload", "load_stream", "embed_stream", "place_team", "default_cache_dir", "build_labelled",
 ]  # fmt: skip
 
 # The repository's own stream (read as data: the simulator imports nothing from benchmarks/).

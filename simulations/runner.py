@@ -27,8 +27,8 @@ from node.energy import EnergyModel
 
 from .labelled import LabelledWorkload, TextEmbedder, build_labelled, default_cache_dir, parse_workload
 from .metrics import CELL_COLUMNS, summarise
-from .semantic import Admit, admission_name, load_admission, rule_summary, semantic_summary
 from .network import CRYPTO_SUITES, ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule, departures
+from .semantic import Admit, admission_name, load_admission, rule_summary, semantic_summary
 from .strategies import STRATEGIES, Context, Step
 from .workload import Workload, WorkloadSpec
 
@@ -149,7 +149,6 @@ class RunConfig:
             for name in ("dim", "topics", "beacons_per_node", "zipf", "embed_cache", "workload"):
                 del out[name]
             out["workload"] = "team-stream"
-            out["admission"] = out["admission"] or "accept_routed"
         else:  # a synthetic run's summary stays as it was before labelled workloads
             for name in ("workload", "beacon_threshold", "embed_cache", "admission", "team_peers"):
                 del out[name]
@@ -183,7 +182,8 @@ def run(
     workload = _workload(cfg, energy, embedder)
     wall = {"workload": round(time.perf_counter() - t0, 3)}
     labelled = workload if isinstance(workload, LabelledWorkload) else None
-    admit = admit or load_admission(cfg.admission)
+    if admit is None:
+        admit = load_admission(cfg.admission)
     partition = PartitionSpec.parse(cfg.partition) if cfg.partition else None
     churn = ChurnSpec.parse(cfg.churn) if cfg.churn else None
     outages = churn_schedule(churn, cfg.nodes, workload.store_phase_ms, random.Random(f"{cfg.seed}:churn"))

@@ -28,7 +28,7 @@ from mesh.wire import BeaconPayload, CellPayload
 
 from .labelled import LabelledWorkload
 
-__all__ = ["Admit", "accept_routed", "load_admission", "score", "semantic_summary", "rule_summary"]
+__all__ = ["Admit", "accept_routed", "admission_name", "load_admission", "score", "semantic_summary", "rule_summary"]
 
 Admit = Callable[[BeaconPayload, CellPayload], bool]
 
