@@ -9,6 +9,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from node.config import DEFAULT_BEACON_THRESHOLD
+
 from .network import CRYPTO_SUITES
 from .runner import ALL_STRATEGIES, RunConfig, run, write
 from .strategies import Step
@@ -64,7 +66,22 @@ def _mesh_overrides(items: list[str]) -> tuple[tuple[str, int | float], ...]:
 def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("--nodes", type=_ints if grid else int, default=[20] if grid else 20,
                    help="node count" + (" (comma list)" if grid else ""))  # fmt: skip
-    p.add_argument("--stores", type=int, default=20, help="cells stored (one every --store-interval-ms)")
+    p.add_argument("--stores", type=int, help="cells stored, one every --store-interval-ms (default 20; "
+                   "team-stream: its first this many memories, default all)")
+    p.add_argument("--workload", default="synthetic", metavar="synthetic|team-stream[:PATH]",
+                   help="synthetic topic clusters (default), or a labelled team stream (default file "
+                        "benchmarks/data/team_stream.json) whose summary adds semantic precision/recall")
+    p.add_argument("--beacon-threshold", type=float, default=DEFAULT_BEACON_THRESHOLD,
+                   help="team-stream: every beacon's threshold (the node's default, %(default)s)")
+    p.add_argument("--embed-cache", metavar="DIR",
+                   help="team-stream: where its vectors are kept between runs (default: the user's cache "
+                        "directory, hyphae/simulations/embeddings)")
+    p.add_argument("--team-peers", action="store_true",
+                   help="team-stream: each teammate's node is told of the others' at boot, beside its random "
+                        "seeds (a team whose members joined through each other)")
+    p.add_argument("--admission", metavar="MODULE:NAME",
+                   help="team-stream: admit(beacon_payload, cell_payload) -> bool deciding which routed cells "
+                        "enter an inbox (default: every one routing delivered)")
     p.add_argument("--seed", type=_ints if grid else int, default=[0] if grid else 0)
     p.add_argument("--view", choices=("full", "partial"), default="full")
     p.add_argument("--loss", type=_floats if grid else float, default=[0.0] if grid else 0.0,
@@ -116,14 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from(args: argparse.Namespace, **overrides: object) -> RunConfig:
+    labelled = not args.workload.startswith("synthetic")
+    stores = args.stores if args.stores is not None else (None if labelled else 20)
     values: dict[str, object] = dict(
-        nodes=args.nodes, stores=args.stores, seed=args.seed, view=args.view, loss=args.loss,
+        nodes=args.nodes, stores=stores, seed=args.seed, view=args.view, loss=args.loss,
         duplicate=args.duplicate, latency=args.latency, partition=args.partition, churn=args.churn,
         strategies=tuple(s.strip() for s in args.strategy.split(",") if s.strip()), dim=args.dim,
         topics=args.topics, beacons_per_node=args.beacons_per_node, zipf=args.zipf,
         store_interval_ms=args.store_interval_ms, drain_ms=args.drain_ms, degree=args.degree, fanout=args.fanout,
         ttl=args.ttl, mesh=_mesh_overrides(args.mesh), warmup_max_ms=args.warmup_max_ms,
         energy=_mesh_overrides(args.energy), crypto=args.crypto, processes=getattr(args, "processes", 1),
+        workload=args.workload, beacon_threshold=args.beacon_threshold, embed_cache=args.embed_cache,
+        admission=args.admission, team_peers=args.team_peers,
     )  # fmt: skip
     values.update(overrides)
     return RunConfig(**values)  # type: ignore[arg-type]

@@ -22,10 +22,13 @@ from typing import Any
 
 from mesh.config import MeshConfig
 from mesh.team import Team
+from node.config import DEFAULT_BEACON_THRESHOLD
 from node.energy import EnergyModel
 
+from .labelled import LabelledWorkload, TextEmbedder, build_labelled, default_cache_dir, parse_workload
 from .metrics import CELL_COLUMNS, summarise
 from .network import CRYPTO_SUITES, ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule, departures
+from .semantic import Admit, admission_name, load_admission, rule_summary, semantic_summary
 from .strategies import STRATEGIES, Context, Step
 from .workload import Workload, WorkloadSpec
 
@@ -42,7 +45,7 @@ _MESH_SETTINGS = {f.name for f in dataclasses.fields(MeshConfig)} - {"team", "ad
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     nodes: int = 20
-    stores: int = 20
+    stores: int | None = 20  # a labelled workload: the first this many memories (None: all)
     seed: int = 0
     view: str = "full"
     loss: float = 0.0
@@ -67,9 +70,23 @@ class RunConfig:
     # Processes the engines of the hyphae strategy run on (0: one per core). The results are the
     # same on any number, so it is left out of the summary.
     processes: int = 1
+    # "synthetic" (topic clusters) or "team-stream[:PATH]" (a labelled stream, simulations.labelled).
+    # The fields below serve the labelled one only, and a synthetic run's summary leaves them out.
+    workload: str = "synthetic"
+    beacon_threshold: float = DEFAULT_BEACON_THRESHOLD  # every labelled beacon's τ: the node's default
+    embed_cache: str | None = None  # where labelled vectors are kept between runs (None: the user's cache)
+    admission: str | None = None  # MODULE:NAME of an admission stage (None: admit what routing delivered)
+    team_peers: bool = False  # teammates' nodes are told of each other at boot (simulations.labelled)
 
     def __post_init__(self) -> None:
-        self.workload_spec()  # its own limits
+        kind, _ = parse_workload(self.workload)
+        if kind == "synthetic":
+            self.workload_spec()  # its own limits
+        elif self.stores is not None and self.stores < 0:
+            raise ValueError(f"stores must be at least 0, not {self.stores}")
+        if not 0 <= self.beacon_threshold <= 1:
+            raise ValueError("beacon_threshold is a cosine in [0, 1]")
+        load_admission(self.admission)
         for name, least in _AT_LEAST.items():
             value = getattr(self, name)
             if value is not None and value < least:
@@ -98,6 +115,8 @@ class RunConfig:
         MeshConfig(team=Team("check", bytes(32)), address="n0", view=self.view, **dict(self.mesh))  # type: ignore[arg-type]
 
     def workload_spec(self) -> WorkloadSpec:
+        if self.stores is None:
+            raise ValueError("a synthetic workload needs a number of stores")
         return WorkloadSpec(
             nodes=self.nodes, stores=self.stores, dim=self.dim, topics=self.topics,
             beacons_per_node=self.beacons_per_node, zipf=self.zipf, store_interval_ms=self.store_interval_ms,
@@ -126,7 +145,18 @@ class RunConfig:
         out["energy"] = dict(self.energy)
         out["drain_ms"] = self.effective_drain_ms()
         del out["processes"]
+        if self.labelled:  # what the stream decides is in summary["workload"]; no machine path here
+            for name in ("dim", "topics", "beacons_per_node", "zipf", "embed_cache", "workload"):
+                del out[name]
+            out["workload"] = "team-stream"
+        else:  # a synthetic run's summary stays as it was before labelled workloads
+            for name in ("workload", "beacon_threshold", "embed_cache", "admission", "team_peers"):
+                del out[name]
         return out
+
+    @property
+    def labelled(self) -> bool:
+        return parse_workload(self.workload)[0] != "synthetic"
 
     def process_count(self) -> int:
         return self.processes or os.cpu_count() or 1
@@ -139,14 +169,21 @@ class RunResult:
     wall_s: dict[str, float]
 
 
-def run(cfg: RunConfig, *, progress: Any = None, on_step: Callable[[Step], None] | None = None) -> RunResult:
+def run(
+    cfg: RunConfig, *, progress: Any = None, on_step: Callable[[Step], None] | None = None,
+    admit: Admit | None = None, embedder: TextEmbedder | None = None,
+) -> RunResult:  # fmt: skip
     """Run every requested strategy on the same workload and outages. ``progress(name, wall_s)``
-    hears when each strategy is done; ``on_step`` where a long one is (:class:`Step`)."""
+    hears when each strategy is done; ``on_step`` where a long one is (:class:`Step`). A labelled
+    workload is embedded by ``embedder`` (default: the node's own) and its inboxes pass ``admit``
+    (default: ``cfg.admission``, else everything routing delivered)."""
     energy = EnergyModel.from_config(dict(cfg.energy))
-    spec = cfg.workload_spec()
     t0 = time.perf_counter()
-    workload = Workload(spec, cfg.seed, energy)
+    workload = _workload(cfg, energy, embedder)
     wall = {"workload": round(time.perf_counter() - t0, 3)}
+    labelled = workload if isinstance(workload, LabelledWorkload) else None
+    if admit is None:
+        admit = load_admission(cfg.admission)
     partition = PartitionSpec.parse(cfg.partition) if cfg.partition else None
     churn = ChurnSpec.parse(cfg.churn) if cfg.churn else None
     outages = churn_schedule(churn, cfg.nodes, workload.store_phase_ms, random.Random(f"{cfg.seed}:churn"))
@@ -173,6 +210,9 @@ def run(cfg: RunConfig, *, progress: Any = None, on_step: Callable[[Step], None]
             heal_ms=partition.heal if partition else None, skipped=skipped, gone=gone,
         )  # fmt: skip
         summary.update(outcome.extras)
+        if labelled is not None:
+            delivered = outcome.recorder.delivered
+            summary["semantic"] = semantic_summary(labelled, delivered, outcome.origin_ms, admit, skipped)
         strategies[name] = summary
         rows += cell_rows
         wall[name] = round(time.perf_counter() - t0, 3)
@@ -182,7 +222,24 @@ def run(cfg: RunConfig, *, progress: Any = None, on_step: Callable[[Step], None]
     config["outages"] = len(outages)
     config["skipped_stores"] = len(skipped)
     config["departed_nodes"] = len(gone)
-    return RunResult({"strategies": strategies, "config": config}, rows, wall)
+    summary = {"strategies": strategies, "config": config}
+    if labelled is not None:
+        config["stores"] = len(labelled.cells)
+        config["admission"] = admission_name(admit)
+        summary["workload"] = {**labelled.describe(), "rule": rule_summary(labelled, skipped)}
+    return RunResult(summary, rows, wall)
+
+
+def _workload(cfg: RunConfig, energy: EnergyModel, embedder: TextEmbedder | None) -> Workload:
+    kind, path = parse_workload(cfg.workload)
+    if kind == "synthetic":
+        return Workload(cfg.workload_spec(), cfg.seed, energy)
+    assert path is not None
+    return build_labelled(
+        path, nodes=cfg.nodes, seed=cfg.seed, energy=energy, threshold=cfg.beacon_threshold,
+        store_interval_ms=cfg.store_interval_ms, stores=cfg.stores, embedder=embedder,
+        cache_dir=Path(cfg.embed_cache) if cfg.embed_cache else default_cache_dir(), team_peers=cfg.team_peers,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -110,8 +110,9 @@ class Hyphae:
         # Every engine still decodes every frame; the diffs they relay share one decoding per part
         # (SimNetwork.decode_cache).
         shards = open_shards(ctx.processes, lambda index, count: _HyphaeShard(ctx, index, count))
+        watched = ctx.workload.watched_nodes
         try:
-            return self._run(ctx, _Parts(shards, START_MS, ctx.workload.spec.nodes))
+            return self._run(ctx, _Parts(shards, START_MS, len(watched) if watched else ctx.workload.spec.nodes))
         finally:
             shards.close()
 
@@ -156,7 +157,7 @@ class _Parts:
     def __init__(self, shards: Shards, now: int, nodes: int) -> None:
         self.shards = shards
         self.now = now
-        self.nodes = nodes
+        self.nodes = nodes  # those the partial warm-up watches settle (the workload's watched nodes)
         self.frames_sent = 0
         self.last_data_ms = 0
         self.peak_rss_kb = 0
@@ -193,6 +194,8 @@ class _HyphaeShard(Shard):
         self.warmup = {"control_messages": 0, "control_bytes": 0}
         self.linked: dict[str, frozenset[str]] = {}  # partial view: each node's neighbours at the last look
         self.pending: list[Host] | None = None  # full view: nodes still learning the mesh
+        watched = ctx.workload.watched_nodes  # partial view: whose overlay the warm-up waits for
+        self.watched = None if watched is None else frozenset(address(i) for i in watched)
         net.on_effect = self._on_effect
         net.on_frame = self._on_frame
 
@@ -218,6 +221,8 @@ class _HyphaeShard(Shard):
         their gossip neighbours since the last look."""
         known = moved = 0
         for host in self.net.hosts.values():
+            if self.watched is not None and host.address not in self.watched:
+                continue
             engine = host.engine
             known += len(engine.beacons) + len(engine.contacts)
             now_linked = frozenset(p.node_id for p in engine.peers.neighbours())
@@ -394,6 +399,7 @@ def boot_nodes(ctx: Context, net: SimNetwork, owns: Callable[[int], bool] = lamb
             seeds = sorted({j if j < i else j + 1 for j in picks})
         else:  # a few earlier members each: the full view learns the rest by gossip
             seeds = sorted(set(seed_rng.sample(range(i), min(i, ctx.seeds_per_node))))
+        seeds = sorted(set(seeds) | set(w.boot_peers(i)))
         if owns(i):  # every part draws every node's seeds, so that the draws are the same
             addr = address(i)
             net.add(net.build(addr))

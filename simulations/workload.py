@@ -152,13 +152,20 @@ class Workload:
     def _interested(self, origin: int, vector: np.ndarray, salience: float, cell_type: str) -> frozenset[int]:
         if not self.beacons:
             return frozenset()
+        ok = self._accepting(origin, vector, salience, cell_type)
+        return frozenset(int(self._b_node[j]) for j in np.flatnonzero(ok).tolist())
+
+    def _accepting(self, origin: int, vector: np.ndarray, salience: float, cell_type: str) -> np.ndarray:
+        """Which beacons accept a cell (a mask over ``self.beacons``): the routing rule, the one
+        place the ground truth writes it (the labelled workload reads it here too)."""
         e0 = self.energy.initial(salience, cell_type)
         ok = (self._b_vec @ vector) >= self.energy.route_threshold(self._b_tau, e0)
         ok &= self._b_min_sal <= np.float32(salience)
         ok &= self._b_node != origin
-        nodes = {int(self._b_node[j]) for j in np.flatnonzero(ok).tolist()
-                 if self._b_types[j] is None or cell_type in self._b_types[j]}  # fmt: skip
-        return frozenset(nodes)
+        for j in np.flatnonzero(ok).tolist():
+            if self._b_types[j] is not None and cell_type not in self._b_types[j]:
+                ok[j] = False
+        return ok
 
     def beacons_of(self, node: int) -> list[BeaconPayload]:
         return self._by_node.get(node, [])
@@ -169,6 +176,14 @@ class Workload:
         for b in self.beacons:
             out.setdefault(b.node, []).append(b.payload)
         return out
+
+    # The nodes whose overlay a partial view's warm-up waits to settle (None: every node). A
+    # labelled workload's team is a few nodes among idle relays, whose settling says nothing of it.
+    watched_nodes: frozenset[int] | None = None
+
+    def boot_peers(self, node: int) -> tuple[int, ...]:
+        """Nodes ``node`` is told of at boot beside its random seeds (none here)."""
+        return ()
 
     @cached_property
     def store_phase_ms(self) -> int:
