@@ -69,7 +69,7 @@ THREADS_MODULE = "app"  # imported first, as the daemon does (one BLAS thread pe
 DATA = Path(__file__).resolve().parent / "data" / "team_stream.json"
 DEFAULT_THRESHOLD = 0.28  # [beacons] default_threshold
 SLACK = 0.05  # [energy] match_slack
-ROUTE_MARGIN = 0.08  # [energy] route_margin: routing reaches this much below a beacon's threshold
+ROUTE_MARGIN = 0.04  # [energy] route_margin: routing reaches this much below a beacon's threshold
 JUDGE_DEFAULTS = (4.0, 3.0)  # [beacons] lexical_weight, z_floor: the calibrated judge's defaults
 TYPE_WEIGHT = {  # the energy model's w(type), README "The energy model"
     "Decision": 1.0, "Constraint": 1.0, "Risk": 0.9, "Lesson": 0.8, "Pattern": 0.7,
@@ -520,7 +520,7 @@ def report(result: dict[str, Any]) -> str:
                f"{' (--quick subset)' if result['args']['quick'] else ''}.")  # fmt: skip
     mesh = result.get("mesh")
     if mesh:
-        out.append("\n### Inbox delivery through two real nodes (defaults: threshold 0.28, route margin 0.08, calibrated judge)\n")
+        out.append("\n### Inbox delivery through two real nodes (defaults: threshold 0.28, route margin 0.04, calibrated judge)\n")
         out.append("| agent | beacons | relevant | delivered | hits | P | R | F1 |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
         for owner, r in sorted(mesh["per_agent"].items()):
             out.append(f"| {owner} | {r['beacons']} | {r['relevant']} | {r['delivered']} | {r['hits']} "

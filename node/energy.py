@@ -62,7 +62,7 @@ class EnergyModel:
     match_slack: float = 0.05
     # How much wider than a beacon's threshold the mesh routes (mesh.routing_rule): routing
     # is tuned for recall, and the receiving node admits narrowly (node.admission_rule).
-    route_margin: float = 0.08
+    route_margin: float = 0.04
     repair_floor: float = 0.05
     promote_energy: float = 0.7
     promote_recall_hits: int = 3

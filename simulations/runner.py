@@ -28,7 +28,7 @@ from node.energy import EnergyModel
 from .labelled import LabelledWorkload, TextEmbedder, build_labelled, default_cache_dir, parse_workload
 from .metrics import CELL_COLUMNS, summarise
 from .network import CRYPTO_SUITES, ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule, departures
-from .semantic import Admit, admission_name, load_admission, rule_summary, semantic_summary
+from .semantic import Admit, admission_name, fresh, load_admission, rule_summary, semantic_summary
 from .strategies import STRATEGIES, Context, Step
 from .workload import Workload, WorkloadSpec
 
@@ -212,7 +212,7 @@ def run(
         summary.update(outcome.extras)
         if labelled is not None:
             delivered = outcome.recorder.delivered
-            summary["semantic"] = semantic_summary(labelled, delivered, outcome.origin_ms, admit, skipped)
+            summary["semantic"] = semantic_summary(labelled, delivered, outcome.origin_ms, fresh(admit), skipped)
         strategies[name] = summary
         rows += cell_rows
         wall[name] = round(time.perf_counter() - t0, 3)

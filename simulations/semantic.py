@@ -54,6 +54,12 @@ def load_admission(spec: str | None) -> Admit:
     return found
 
 
+def fresh(admit: Admit) -> Admit:
+    """The stage for one strategy's inboxes: a class (a stage that learns from what it sees)
+    is made anew, so no strategy's inboxes hear of another's."""
+    return admit() if isinstance(admit, type) else admit
+
+
 def admission_name(admit: Admit) -> str:
     return f"{getattr(admit, '__module__', '?')}:{getattr(admit, '__qualname__', type(admit).__name__)}"
 

@@ -157,9 +157,9 @@ def test_higher_energy_matches_wider_and_travels_further():
     mesh.settle()
     frames = []
     mesh.net.on_effect = lambda host, e: frames.append(e) if isinstance(e, SendFrame) and not e.is_control else None
-    # routing's floor: tau - slack * E0 - route_margin (0.08)
-    strong = cell(near(topic, 0.70), salience=1.0, at=mesh.net.now)  # 0.8 - 0.05 * 1.0 - 0.08 = 0.67 <= 0.70
-    weak = cell(near(topic, 0.70), salience=0.2, cell_type="Context", at=mesh.net.now)  # 0.8 - 0.004 - 0.08 > 0.70
+    # routing's floor: tau - slack * E0 - route_margin (0.04)
+    strong = cell(near(topic, 0.73), salience=1.0, at=mesh.net.now)  # 0.8 - 0.05 * 1.0 - 0.04 = 0.71 <= 0.73
+    weak = cell(near(topic, 0.73), salience=0.2, cell_type="Context", at=mesh.net.now)  # 0.8 - 0.004 - 0.04 > 0.73
     mesh.do("alice", CellStored(strong))
     mesh.do("alice", CellStored(weak))
     mesh.run(2000)
@@ -341,7 +341,7 @@ def test_a_hostile_network_still_delivers_everything_to_everyone_interested(seed
         chosen = {int(t) for t in rng.choice(3, size=1 + i % 2, replace=False)}
         interests[name] = chosen
         for t in chosen:
-            mesh.do(name, BeaconPlaced(beacon(topics[t], agent=f"reader-{name}", threshold=0.78)))  # routes from 0.70
+            mesh.do(name, BeaconPlaced(beacon(topics[t], agent=f"reader-{name}", threshold=0.74)))  # routes from 0.70
     mesh.settle(60_000)
     expected: dict[str, set[str]] = {name: set() for name in names}
     for round_ in range(4):

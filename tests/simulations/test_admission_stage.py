@@ -1,0 +1,48 @@
+"""The node's admission rule as the simulator's admission stage (simulations.admission)."""
+
+import numpy as np
+
+from mesh.wire import BeaconPayload, CellPayload
+from simulations.admission import NodeAdmission
+from simulations.semantic import fresh, load_admission
+
+DIM = 384
+
+
+def unit(v) -> np.ndarray:
+    v = np.asarray(v, np.float32)
+    return v / np.linalg.norm(v)
+
+
+def at(axis: np.ndarray, cos: float, rng: np.random.Generator) -> np.ndarray:
+    other = rng.standard_normal(DIM).astype(np.float32)
+    other -= (other @ axis) * axis
+    return unit(cos * axis + np.sqrt(1 - cos * cos) * unit(other))
+
+
+def test_the_stage_judges_each_owners_pairs_against_what_reached_that_owners_node():
+    rng = np.random.default_rng(7)
+    axis = unit(rng.standard_normal(DIM))
+    beacon = BeaconPayload("b1", "t", "ana", "the team's work", 0.28, embedding=axis, embedding_space="s")
+    stage = NodeAdmission()
+
+    def cell(i: int, vector: np.ndarray) -> CellPayload:
+        return CellPayload(f"c{i}", "t", "bo", f"note {i}", "Context", 0.0, 0, embedding=vector, embedding_space="s")
+
+    # Before the node holds 32 cells, the cosine rule: 0.45 >= 0.28 gets in.
+    assert stage(beacon, cell(0, at(axis, 0.45, rng)))
+    for i in range(1, 40):  # everyday cells at 0.4-0.5 reach the node
+        stage(beacon, cell(i, at(axis, rng.uniform(0.40, 0.50), rng)))
+    assert not stage(beacon, cell(40, at(axis, 0.45, rng)))  # ordinary now
+    assert stage(beacon, cell(41, at(axis, 0.95, rng)))  # stands out
+    # another owner's node has its own (empty) background: the cosine rule there
+    other = BeaconPayload("b2", "t", "cy", "the team's work", 0.28, embedding=axis, embedding_space="s")
+    assert stage(other, cell(42, at(axis, 0.45, rng)))
+
+
+def test_a_stage_loaded_by_class_is_made_anew_for_each_strategy():
+    spec = load_admission("simulations.admission:NodeAdmission")
+    first, second = fresh(spec), fresh(spec)
+    assert isinstance(first, NodeAdmission) and first is not second
+    plain = load_admission(None)
+    assert fresh(plain) is plain
