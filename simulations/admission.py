@@ -4,9 +4,9 @@
 asks, for every (beacon, cell) pair routing delivered to a beacon owner's node, what
 :mod:`node.admission_rule` would decide there with the node's default judge
 (:class:`node.judges.CalibratedJudge`). The judge learns from the cells its node holds, so
-there is one per owner's node, fed in arrival order: the stage is asked about one cell's
-beacons together, and a cell joins that node's background once it has been judged, as on
-the node (``node.ingest``). Load it by class: each run gets a fresh one.
+there is one per owner's node, told by :meth:`NodeAdmission.hold` of every cell that node
+holds (what reached it, and its own agents' memories) after that cell has been judged, as
+on the node (``node.ingest``). Load it by class: each strategy gets a fresh one.
 """
 
 from __future__ import annotations
@@ -30,22 +30,23 @@ class NodeAdmission:
         self._energy = energy or EnergyModel()
         self._notes = load_background_notes()
         self._judges: dict[str, CalibratedJudge] = {}  # by beacon owner (one node each)
-        self._last_cell: dict[str, CellPayload] = {}
 
-    def __call__(self, beacon: BeaconPayload, cell: CellPayload) -> bool:
-        owner = beacon.agent_id
+    def _judge(self, owner: str, dim: int) -> CalibratedJudge:
         judge = self._judges.get(owner)
         if judge is None:
             judge = self._judges[owner] = CalibratedJudge(
-                self._energy, Background(len(cell.embedding)), TermStats(self._notes),
-                default_threshold=DEFAULT_BEACON_THRESHOLD,
-            )  # fmt: skip
+                self._energy, Background(dim), TermStats(self._notes), default_threshold=DEFAULT_BEACON_THRESHOLD
+            )
+        return judge
+
+    def hold(self, owner: str, cell: CellPayload) -> None:
+        """``owner``'s node now holds ``cell``: it joins that node's background."""
+        self._judge(owner, len(cell.embedding)).observe(cell.embedding, cell.content)
+
+    def __call__(self, beacon: BeaconPayload, cell: CellPayload) -> bool:
+        judge = self._judge(beacon.agent_id, len(cell.embedding))
         facts = CellFacts(cell.tenant_id, cell.source_agent, cell.cell_type, cell.salience, cell.project,
                           cell.embedding, cell.embedding_space, cell.content)  # fmt: skip
-        last = self._last_cell.get(owner)
-        if last is not None and last.node_id != cell.node_id:
-            judge.observe(last.embedding, last.content)  # the previous cell is held now
-        self._last_cell[owner] = cell
         local = Beacon(beacon.beacon_id, beacon.tenant_id, beacon.agent_id, "sim", beacon.query, beacon.threshold,
                        np.asarray(beacon.embedding, np.float32), beacon.embedding_space, 0,
                        beacon.cell_types, beacon.project, beacon.min_salience)  # fmt: skip

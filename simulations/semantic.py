@@ -102,25 +102,32 @@ def semantic_summary(
     for owner in workload.owners:
         node = workload.team[owner]
         rows = [j for j, b in enumerate(workload.beacons) if b.payload.agent_id == owner]
+        # What the owner's node holds, in the order it came: what reached it, and its own
+        # agents' memories as they are stored there (a stage that learns from the cells a node
+        # holds hears of each through ``hold``, after it has been judged).
         arrivals = sorted(
-            (got[node][0], cell.index) for cell, got in zip(workload.cells, delivered)
-            if cell.index not in skipped and node in got
+            [(got[node][0], cell.index) for cell, got in zip(workload.cells, delivered)
+             if cell.index not in skipped and node in got]
+            + [(origin_ms + c.at_ms, c.index) for c in workload.stream_cells
+               if c.author == owner and c.index not in skipped]
         )  # fmt: skip
+        hold = getattr(admit, "hold", None)
         routed_ids: set[str] = set()
         admitted_ids: set[str] = set()
         for at, i in arrivals:
             cell = workload.stream_cells[i]
             memory, author = cell.memory_id, cell.author
-            matching = [j for j in rows if workload.accepts[j, i]]
-            if author == owner or not matching:
-                continue  # a relay's copy, or the owner's own memory: never an inbox item
-            routed_ids.add(memory)
             if i not in payloads:
                 payloads[i] = cell.payload(origin_ms + cell.at_ms, dim)
-            # every matching beacon is asked (a stage may learn from each pair it sees)
-            verdicts = [bool(admit(workload.beacons[j].payload, payloads[i])) for j in matching]
-            if any(verdicts):
-                admitted_ids.add(memory)
+            matching = [j for j in rows if workload.accepts[j, i]]
+            if author != owner and matching:  # else a relay's copy, or the owner's own: never an inbox item
+                routed_ids.add(memory)
+                # every matching beacon is asked (a stage may learn from each pair it sees)
+                verdicts = [bool(admit(workload.beacons[j].payload, payloads[i])) for j in matching]
+                if any(verdicts):
+                    admitted_ids.add(memory)
+            if hold is not None:
+                hold(owner, payloads[i])
         # the owner's own memories (the judgements never list them) and those never stored are not wanted
         relevant = workload.relevant[owner] - {
             c.memory_id for c in workload.stream_cells if c.author == owner or c.index in skipped
