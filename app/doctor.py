@@ -249,6 +249,11 @@ def _peers(home: Path, daemon: dict[str, Any] | None) -> Check:
         return Check("peers", FAIL, f"identity conflict: {first.get('message', first.get('evidence'))}",
                      "two nodes run with one node.key: on the one that should change, stop it, move node.key away, "
                      "run `hyphae init`, and start it again")  # fmt: skip
+    outdated = status.get("outdated_peers") or []
+    if outdated:
+        others = f" (and {len(outdated) - 1} more)" if len(outdated) > 1 else ""
+        return Check("peers", WARN, outdated[0]["message"] + others,
+                     "run the same Hyphae release on every member: upgrade the node(s) named (`hyphae peers` lists them)")  # fmt: skip
     peers = status.get("peers") or []
     if not peers:
         return Check("peers", WARN, "no peers yet",

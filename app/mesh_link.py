@@ -98,6 +98,8 @@ class MeshLink:
             log.info("peer %s at %s is %s", effect.peer_id[:12], effect.address, effect.state)
         elif isinstance(effect, ev.IdentityConflict):  # also in the mesh status: status, peers, doctor
             log.error("identity conflict: %s", effect.message())
+        elif isinstance(effect, ev.PeerOutdated):  # once per member; also in the mesh status: peers, doctor
+            log.warning("%s", effect.message())
 
     async def apply_many(self, effects: list[Any]) -> None:
         """The cells of the frames the runtime handled together (a run of ``StoreRemoteCell``)

@@ -122,7 +122,8 @@ async def run_mesh(
             await nursery.start(runtime.run)
             await nursery.start(functools.partial(serve_mesh, app, sock))
             service.mesh = link
-            service.mesh_status = lambda: {"enabled": True, "team_id": team.team_id, **runtime.status(), **link.status()}
+            finder: Discovery | None = None
+            service.mesh_status = lambda: _status(team, runtime, link, finder)
             await link.start()
             for peer in peers:
                 runtime.submit(PeerDiscovered(peer))
@@ -143,6 +144,18 @@ async def run_mesh(
         service.mesh_status = None
         with trio.CancelScope(shield=True):
             await transport.aclose()
+
+
+def _status(team: Team, runtime: MeshRuntime, link: MeshLink, finder: Discovery | None) -> dict[str, Any]:
+    """The mesh status; team mates zeroconf saw on another protocol join the engine's outdated peers."""
+    status = {"enabled": True, "team_id": team.team_id, **runtime.status(), **link.status()}
+    if finder is not None and finder.outdated:
+        seen = {p["node_id"] for p in status["outdated_peers"]}
+        status["outdated_peers"] = status["outdated_peers"] + [
+            {"node_id": node_id, "message": message, "via": "zeroconf"}
+            for node_id, message in finder.outdated.items() if node_id not in seen
+        ]  # fmt: skip
+    return status
 
 
 class _LazySink:

@@ -33,6 +33,8 @@ one module each, share one :class:`~mesh.state.NodeState` and hold no reference 
   way round, an origin keeps what it failed to deliver to a peer and offers it again when
   that peer comes back.
 
+* **older protocols** (:mod:`mesh.outdated`): a member still on the previous release is
+  dropped (``old_version``), and named once, so a half-upgraded team is told, not quiet.
 * **identity** (:mod:`mesh.identity_guard`, :mod:`mesh.incarnation`): each start signs in a
   new incarnation of our seq space, above anything an earlier run signed whatever the log
   remembers; a node id used by two nodes (a copied ``node.key``) is found in what comes in
@@ -54,6 +56,7 @@ from .admission import OWN_FRAME, ReplayWindow, Verifier, admit_frame
 from .config import EnergyParams, MeshConfig
 from .data_plane import DataPlane
 from .diffs import DecodeCache, PeerPayload, ScenePayload, UnbeaconPayload
+from .errors import Reason
 from .events import (
     BeaconPlaced, BeaconRemoved, CellForgotten, CellStored, Effect, Event, FrameDelivered, FrameReceived,
     PeerDiscovered, SceneChanged, SendFailed, SetTimer, Started, TimerFired,
@@ -64,6 +67,7 @@ from .identity_guard import IdentityGuard
 from .liveness import LivenessPlane
 from .membership import Liveness, Peer
 from .memory import DiffLog
+from .outdated import OutdatedPeers
 from .overlay import FullOverlay, Overlay, PartialOverlay
 from .repair_plane import RepairPlane
 from .routing import RoutingPolicy
@@ -133,6 +137,7 @@ class MeshEngine:
         )  # fmt: skip
         self._liveness = LivenessPlane(state, self._overlay, self._data_plane, self._repair_plane, self._replay)
         self._guard = state.guard = IdentityGuard(state, lambda: self._overlay.publish(PeerPayload(config.address)))
+        self._outdated = OutdatedPeers(state)
         self._timers: dict[str, int] = {}
         self._armed: dict[str, int] = {}
         self._restored = False  # control state put back from the log (once, at the first Started)
@@ -256,6 +261,8 @@ class MeshEngine:
         if verdict.__class__ is not tuple:
             if verdict is not OWN_FRAME:
                 counters.drops[verdict] += 1  # type: ignore[index]
+                if verdict == Reason.OLD_VERSION:  # a member of the previous release: say who, once
+                    self._outdated.heard(event.frame, event.address)
             return
         sender_id, env = verdict  # type: ignore[misc]
         if sender_id == self.node_id:  # under our id, from elsewhere: a copy of our key at work?
@@ -342,4 +349,5 @@ class MeshEngine:
             "repairs_requested": c.repairs_requested,
             "drops": dict(c.drops),
             "identity": self._guard.status(),
+            "outdated_peers": self._outdated.status(),
         }

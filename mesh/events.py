@@ -17,7 +17,7 @@ __all__ = [
     "Started", "CellStored", "CellForgotten", "BeaconPlaced", "BeaconRemoved", "SceneChanged",
     "PeerDiscovered", "FrameReceived", "FrameDelivered", "SendFailed", "TimerFired", "Event",
     "SendFrame", "StoreRemoteCell", "ApplyTombstone", "ApplyRemoteBeacon", "RemoveRemoteBeacon",
-    "ApplyScene", "SetTimer", "PeerStateChanged", "IdentityConflict", "Effect",
+    "ApplyScene", "SetTimer", "PeerStateChanged", "IdentityConflict", "PeerOutdated", "Effect",
 ]  # fmt: skip
 
 # -- events (inputs) --------------------------------------------------------------------
@@ -214,7 +214,24 @@ class IdentityConflict:
                 "(node.key) runs there? This node keeps its id; that one must stop and get a key of its own")  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeerOutdated:
+    """A member speaks an older mesh protocol than ours: its frames are dropped (``old_version``)
+    until it is upgraded. Emitted once per member (:mod:`mesh.outdated`); the daemon logs it."""
+
+    node_id: str
+    address: str
+    protocol: int
+    ours: int
+
+    def message(self) -> str:
+        """One line for the log and the status pages."""
+        where = f" at {self.address}" if self.address else ""
+        return (f"peer {self.node_id}{where} speaks mesh protocol {self.protocol}, this node {self.ours}: upgrade it "
+                "(its frames are dropped as old_version until then)")  # fmt: skip
+
+
 Effect = Union[
     SendFrame, StoreRemoteCell, ApplyTombstone, ApplyRemoteBeacon, RemoveRemoteBeacon,
-    ApplyScene, SetTimer, PeerStateChanged, IdentityConflict,
+    ApplyScene, SetTimer, PeerStateChanged, IdentityConflict, PeerOutdated,
 ]  # fmt: skip

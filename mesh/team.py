@@ -221,6 +221,23 @@ class FrameSealer:
         covered = memoryview(frame)[:end] if tag_bytes else frame
         return Unsealed(header[1 : 1 + _NODE_ID_BYTES].hex(), nonce, plaintext, kind, covered, frame[end:])
 
+    def protocol_1_sender(self, frame: bytes) -> str | None:
+        """The sender id of a protocol-1 frame that opens under this team's key, else None.
+
+        Protocol 1 sealed ``version(1) || sender id(16) || nonce(12) || ciphertext+tag`` under the
+        same frame key, the header as associated data. Opening one says that a holder of the team
+        key sent it (so an outsider cannot make a node log "upgrade X"); it still does not say
+        which member, and nothing in it is let in: the frame stays dropped as ``old_version``."""
+        header_bytes = 1 + _NODE_ID_BYTES + _NONCE_BYTES
+        if len(frame) < header_bytes + 16 or frame[0] != 1:
+            return None
+        header = frame[:header_bytes]
+        try:
+            self._aead.decrypt(header[-_NONCE_BYTES:], frame[header_bytes:], header)
+        except InvalidTag:
+            return None
+        return header[1 : 1 + _NODE_ID_BYTES].hex()
+
     def open(self, frame: bytes) -> tuple[str, bytes, bytes]:
         """``(sender_id, nonce, plaintext)`` (for a reader of frames); raises :class:`SealError`."""
         opened = self.unseal(frame)

@@ -281,6 +281,9 @@ class PlainSealer:
             raise SealError(Reason.DECRYPT_FAILED, "frame does not check out under the team key")
         return Unsealed(id_hex(frame[1:17]), frame[17:29], frame[30 : end - 16], frame[29], body, frame[end:])
 
+    def protocol_1_sender(self, frame: bytes) -> str | None:
+        return None  # no engine here speaks protocol 1 (tests/mesh/test_mixed_versions.py runs a real one)
+
     def open(self, frame: bytes) -> tuple[str, bytes, bytes]:
         opened = self.unseal(frame)
         return opened.sender_id, opened.nonce, opened.plaintext

@@ -103,6 +103,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"mesh      team {mesh['team_id']} at {mesh['address']}: {summary}; queued {queued}; drops {drops}")
             for conflict in (mesh.get("identity") or {}).get("conflicts", []):
                 print(f"identity  CONFLICT: {conflict.get('message', conflict['evidence'])}")
+            for outdated in mesh.get("outdated_peers") or []:
+                print(f"outdated  {outdated['message']}")
     if "stats" in status:
         stats = status["stats"]
         print(f"cells     {stats['cells']}  layers {stats['layers']}")
@@ -135,6 +137,8 @@ def cmd_peers(args: argparse.Namespace) -> int:
         print("drops: " + ", ".join(f"{reason}={count}" for reason, count in sorted(drops.items())))
     for conflict in (status.get("identity") or {}).get("conflicts", []):
         print(paint("identity conflict: ", "red", sys.stdout) + conflict.get("message", conflict["evidence"]))
+    for outdated in status.get("outdated_peers") or []:
+        print(paint("outdated: ", "yellow", sys.stdout) + outdated["message"])
     return EXIT_OK
 
 

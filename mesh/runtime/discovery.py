@@ -2,8 +2,9 @@
 
 The TXT record carries the node id (``node``), the team id *hash* (``team``, never
 the key), the protocol version (``proto``) and the mesh port (``port``). A service
-with another team hash or protocol, or our own node id, is ignored; every other one
-is proposed through ``on_peer(address, node_id)`` on the trio thread. Discovery only
+with another team hash or protocol, or our own node id, is ignored; a team mate's on another
+protocol is also logged, once per node ("... speaks mesh protocol 1, this node 2: upgrade it"),
+since neither end will ever contact the other; every other one is proposed through ``on_peer(address, node_id)`` on the trio thread. Discovery only
 *proposes*: the engine contacts the address, and membership proofs and signatures
 decide whether it is a peer. A TXT record is trivially forged, so nothing here is
 trusted beyond "worth a try".
@@ -32,6 +33,7 @@ log = logging.getLogger("hyphae.mesh.discovery")
 
 SERVICE_TYPE = "_hyphae._tcp.local."
 _RESOLVE_TIMEOUT_MS = 3000
+_MAX_OUTDATED = 64  # team mates on another protocol remembered (and logged) at most; a TXT record is easily forged
 
 
 class Discovery:
@@ -55,6 +57,7 @@ class Discovery:
         self.protocol = protocol
         self.peers: dict[str, str] = {}
         self.ignored = 0  # services seen with another team, protocol, or unreadable records
+        self.outdated: dict[str, str] = {}  # node id -> what was logged, for team mates on another protocol
         self.error: str | None = None  # why zeroconf could not start, if it could not
         self._names: dict[str, str] = {}  # service name -> node id
         self._token: trio.lowlevel.TrioToken | None = None
@@ -149,7 +152,10 @@ class Discovery:
             for k, v in (info.properties or {}).items()
         }  # fmt: skip
         node_id = props.get("node", "")
-        if props.get("team") != self.team_hash or props.get("proto") != str(self.protocol):
+        if props.get("team") != self.team_hash:
+            return None
+        if props.get("proto") != str(self.protocol):
+            self._other_protocol(node_id, props.get("proto", "?"), info)
             return None
         if not node_id or node_id == self.node_id:
             return None
@@ -158,6 +164,17 @@ class Discovery:
         if not addresses or not port:
             return None
         return f"{addresses[0]}:{port}", node_id
+
+    def _other_protocol(self, node_id: str, protocol: str, info: ServiceInfo) -> None:
+        """A record under our team's hash on another protocol: say so, once per node (bounded)."""
+        if not node_id or node_id in self.outdated or len(self.outdated) >= _MAX_OUTDATED:
+            return
+        where = ", ".join(info.parsed_addresses(IPVersion.V4Only)) or "the LAN"
+        verb = "upgrade it" if protocol.isdigit() and int(protocol) < self.protocol else "upgrade this node"
+        message = (f"team mate {node_id} at {where} speaks mesh protocol {protocol}, this node {self.protocol}: "
+                   f"{verb} (the two cannot exchange memories until then)")  # fmt: skip
+        self.outdated[node_id] = message
+        log.warning("%s", message)
 
     def _to_trio(self, fn: Callable[..., None], *args: object) -> None:
         token = self._token

@@ -77,6 +77,22 @@ def test_records_of_strangers_other_protocols_and_ourselves_are_not_proposed():
     assert d._read(record("")) is None
 
 
+def test_a_team_mate_on_another_protocol_is_not_proposed_but_logged_once(caplog):
+    d = Discovery(node_id="aa" * 16, team_hash="team-1", port=1, on_peer=print)
+    old = ServiceInfo(SERVICE_TYPE, f"x.{SERVICE_TYPE}", addresses=[socket.inet_aton("10.0.0.9")], port=7979,
+                      properties={"node": "bb" * 16, "team": "team-1", "proto": "1"}, server="x.local.")  # fmt: skip
+    stranger = ServiceInfo(SERVICE_TYPE, f"y.{SERVICE_TYPE}", addresses=[socket.inet_aton("10.0.0.8")], port=7979,
+                           properties={"node": "cc" * 16, "team": "team-2", "proto": "1"}, server="y.local.")  # fmt: skip
+    with caplog.at_level("WARNING", logger="hyphae.mesh.discovery"):
+        for _ in range(3):  # zeroconf reports a service again and again
+            assert d._read(old) is None and d._read(stranger) is None
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        f"team mate {'bb' * 16} at 10.0.0.9 speaks mesh protocol 1, this node 2: upgrade it"
+    )
+    assert list(d.outdated) == ["bb" * 16]  # a stranger's record names no one
+
+
 async def test_team_mates_find_each_other_strangers_are_ignored_and_leaving_unregisters():
     team, stranger_team = Team.create(), Team.create()
     found = [Found(), Found(), Found()]
