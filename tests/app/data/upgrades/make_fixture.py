@@ -15,6 +15,7 @@ where (``git log -p node/store/schema.py``, and before the move ``node/schema.py
     v2  0c50f89^  + the diff log (mesh_log)
     v3  c4ab4d7   + members' keys (mesh_keys); the previous release
     v4  4cae8b4   + the quarantine (mesh_quarantine)
+    v5  a07b934   + the lexical index (cells_fts)
 
 The interpreter is this checkout's (its venv has every dependency those commits used); the
 old code is imported from ``--source`` because ``python -m`` puts the working directory first.
