@@ -5,20 +5,8 @@ import numpy as np
 from mesh.wire import BeaconPayload, CellPayload
 from simulations.admission import NodeAdmission
 from simulations.semantic import fresh, load_admission
+from tests.node.test_judges import DIM, at, unit
 from tests.simulations.test_labelled import QUICK, WORKLOAD, FirstWordEmbedder
-
-DIM = 384
-
-
-def unit(v) -> np.ndarray:
-    v = np.asarray(v, np.float32)
-    return v / np.linalg.norm(v)
-
-
-def at(axis: np.ndarray, cos: float, rng: np.random.Generator) -> np.ndarray:
-    other = rng.standard_normal(DIM).astype(np.float32)
-    other -= (other @ axis) * axis
-    return unit(cos * axis + np.sqrt(1 - cos * cos) * unit(other))
 
 
 def test_the_stage_judges_each_owners_pairs_against_what_reached_that_owners_node():
