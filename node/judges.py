@@ -175,6 +175,9 @@ class CalibratedJudge:
         mean, spread = self.background.scale(np.asarray(beacon.embedding, np.float32))
         scale = (mean, spread, terms(beacon.query))
         with self._lock:
+            # A stale scale would be recomputed on its next use anyway: dropping them here is what
+            # keeps a removed beacon's from staying for good.
+            self._scales = {k: v for k, v in self._scales.items() if taken - v[1] < REFRESH_CELLS}
             self._scales[beacon.beacon_id] = (beacon, taken, *scale)
         return scale
 

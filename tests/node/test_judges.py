@@ -6,7 +6,7 @@ import pytest
 from node.admission_rule import AdmissionRule
 from node.delivery import Beacon, BeaconBook, CellFacts
 from node.energy import EnergyModel
-from node.judges import MIN_BACKGROUND, Background, CalibratedJudge, TermStats, load_background_notes, terms
+from node.judges import MIN_BACKGROUND, REFRESH_CELLS, Background, CalibratedJudge, TermStats, load_background_notes, terms
 
 DIM = 384  # wide enough that unrelated vectors sit near cosine 0, as a real model's do
 ENERGY = EnergyModel()
@@ -123,3 +123,19 @@ def test_terms_keep_identifiers_and_drop_stop_words():
 def test_the_bundled_notes_load():
     notes = load_background_notes()
     assert len(notes) >= 400 and all(notes)
+
+
+def test_a_removed_beacons_scale_is_not_kept_once_the_background_moves_on():
+    rng = np.random.default_rng(5)
+    axis = unit(rng.standard_normal(DIM))
+    background = Background(DIM)
+    for _ in range(MIN_BACKGROUND):
+        background.add(at(axis, 0.3, rng))
+    calibrated = judge(background)
+    gone = Beacon("gone", "t", "ana", "o", "q", 0.28, axis, "s", 0)
+    kept = Beacon("kept", "t", "bo", "o", "q", 0.28, axis, "s", 0)
+    book_with(calibrated, gone, kept).match(cell(at(axis, 0.5, rng)), 0)
+    for _ in range(REFRESH_CELLS):
+        background.add(at(axis, 0.3, rng))
+    book_with(calibrated, kept).match(cell(at(axis, 0.5, rng)), 0)  # "gone" was removed
+    assert set(calibrated._scales) == {"kept"}
