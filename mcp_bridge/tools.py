@@ -228,6 +228,10 @@ _DIFF = _record(
         "score": _NUMBER,
         "why": _nullable(_STRING),
         "hops": _INT,
+        "kind": {"type": "string", "enum": ["match", "supersedes", "possible_conflict"]},
+        "related": _nullable(_STRING),
+        "supersedes": {"type": "array", "items": _STRING},
+        "superseded_by": _nullable(_STRING),
     },
 )
 
@@ -375,7 +379,10 @@ _DESCRIPTIONS = {
         "since (ms since the epoch, or an RFC 3339 time; omit it to read from the start). Reading does not "
         "consume them: pass next_since back as since to continue. Each diff carries the cell's content, type, "
         "salience and provenance (source_agent, origin_node, source_ref), the beacon_id that matched with "
-        "its similarity, the admission score and why (a one-line reason), and the hops it travelled. Returns {diffs, next_since}."
+        "its similarity, the admission score and why (a one-line reason), and the hops it travelled. "
+        "kind says what the news is: match (a beacon caught it), supersedes (it replaces related, a cell "
+        "you received before; that one is no longer current) or possible_conflict (it may contradict "
+        "related, a Decision or Constraint of yours). Superseded cells are left out. Returns {diffs, next_since}."
     ),
     "get_scene": (
         "Fetch one scene (an episode of work) by id: its project, title, session, agent, times (ms since the "

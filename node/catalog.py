@@ -1,7 +1,8 @@
 """An in-memory catalogue of every cell's filterable attributes, indexed by rowid.
 
-ANN search returns labels (rowids); read scope, cell types and tombstones are then
-checked with numpy over this catalogue instead of a database round trip per candidate.
+ANN search returns labels (rowids); read scope, cell types, tombstones and superseded
+cells are then checked with numpy over this catalogue instead of a database round trip per
+candidate.
 Strings are interned to small integer codes; arrays grow by doubling.
 """
 
@@ -30,6 +31,7 @@ class CellCatalog:
         self._type = np.zeros(capacity, dtype=np.int8)
         self._agent = np.full(capacity, -1, dtype=np.int32)
         self._alive = np.zeros(capacity, dtype=bool)
+        self._superseded = np.zeros(capacity, dtype=bool)  # set only by supersede(): never reset by add
         self._node_ids: dict[int, str] = {}
 
     def _code(self, text: str | None) -> int:
@@ -43,7 +45,8 @@ class CellCatalog:
         if rowid < size:
             return
         new_size = max(size * 2, rowid + 1)
-        for name, fill in (("_tenant", -1), ("_project", 0), ("_type", 0), ("_agent", -1), ("_alive", False)):
+        for name, fill in (("_tenant", -1), ("_project", 0), ("_type", 0), ("_agent", -1), ("_alive", False),
+                           ("_superseded", False)):
             old = getattr(self, name)
             grown = np.full(new_size, fill, dtype=old.dtype)
             grown[:size] = old
@@ -89,6 +92,18 @@ class CellCatalog:
             if rowid < len(self._alive):
                 self._alive[rowid] = False
 
+    def supersede(self, rowid: int) -> None:
+        """A cell replaced by another (node.lifecycle): searches leave it out unless asked."""
+        with self._lock:
+            self._grow(rowid)
+            self._superseded[rowid] = True
+
+    def supersede_many(self, rowids: list[int]) -> None:
+        if rowids:
+            with self._lock:
+                self._grow(max(rowids))
+                self._superseded[rowids,] = True
+
     def alive(self, rowids: np.ndarray) -> np.ndarray:
         rowids = np.asarray(rowids, dtype=np.int64)
         inside = rowids < len(self._alive)
@@ -115,12 +130,13 @@ class CellCatalog:
         cell_types: tuple[str, ...] | None,
         *,
         only_project: str | None = None,
+        include_superseded: bool = False,
     ):
         """A function ``labels -> bool mask`` for the ANN search's ``allowed`` hook.
 
         ``projects`` is the key's project list (None or empty: every project); the
         tenant-wide cells (no project) are always readable. ``only_project`` narrows
-        the result to one project.
+        the result to one project. Superseded cells are left out unless ``include_superseded``.
         """
         tenant = self._codes.get(tenant_id, -2)
         project_codes = None
@@ -139,6 +155,8 @@ class CellCatalog:
             inside = labels < len(self._alive)
             safe = np.where(inside, labels, 0)
             mask = inside & self._alive[safe] & (self._tenant[safe] == tenant)
+            if not include_superseded:
+                mask &= ~self._superseded[safe]
             if project_codes is not None:
                 mask &= np.isin(self._project[safe], project_codes)
             if type_codes is not None:

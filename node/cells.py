@@ -48,6 +48,7 @@ __all__ = [
     "check_project",
     "check_text",
     "check_int",
+    "check_bool",
     "check_layer",
     "parse_time_ms",
 ]
@@ -84,6 +85,11 @@ class Cell:
     hops: int = 0
     signature: bytes | None = None
     forgotten_at: int | None = None
+    # node.lifecycle, this node's own knowledge of the cell (never gossiped): its source file's
+    # SHA-256 when stored, and whether `hyphae validate` found that file changed or gone since.
+    source_hash: str | None = None
+    stale_at: int | None = None
+    stale_reason: str | None = None
 
 
 def _node_error(exc: CellRuleError) -> InvalidArgument:
@@ -169,6 +175,15 @@ def check_int(value: Any, field: str, *, low: int, high: int | None = None, defa
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise InvalidArgument(f"'{field}' must be {bounds}, not {value}", field=field)
     return value
+
+
+def check_bool(value: Any, field: str) -> bool:
+    """A flag: true or false (REST query strings give the text "true"/"false")."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+        return value.lower() in ("true", "1")
+    raise InvalidArgument(f"'{field}' must be true or false, not {str(value)[:32]!r}", field=field)
 
 
 def check_layer(value: Any) -> str:

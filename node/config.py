@@ -29,8 +29,10 @@ DEFAULT_MESH = "0.0.0.0:7979"
 DEFAULT_BEACON_THRESHOLD = 0.28
 # Hybrid recall (node.retrieval): chosen by the sweep in benchmarks/hybrid_sweep.py (BENCHMARKS.md).
 DEFAULT_LEXICAL_WEIGHT = 0.4
+# Possible conflicts (node.lifecycle): chosen on benchmarks/data/conflicts.json (BENCHMARKS.md).
+DEFAULT_CONFLICT_COS = 0.75
 
-_SECTIONS = {"node", "api", "mesh", "embedder", "energy", "beacons", "storage", "recall"}
+_SECTIONS = {"node", "api", "mesh", "embedder", "energy", "beacons", "storage", "recall", "lifecycle"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,8 @@ class NodeConfig:
     rate_burst: int = DEFAULT_BURST
     hybrid_recall: bool = True  # [recall] hybrid: BM25 fused with the dense ranking
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT  # [recall] lexical_weight: what holding all of the query's words adds
+    conflict_cos: float = DEFAULT_CONFLICT_COS  # [lifecycle] conflict_cos: two rulings this close may conflict
+    file_roots: tuple[Path, ...] = ()  # [lifecycle] file_roots: where relative `kind: file` locators are found
 
     @property
     def db_path(self) -> Path:
@@ -127,6 +131,14 @@ default_threshold = {DEFAULT_BEACON_THRESHOLD}
 hybrid = true
 # lexical_weight = {DEFAULT_LEXICAL_WEIGHT}
 
+[lifecycle]
+# A Decision or Constraint at least this close (cosine) to a current one of the same project by another
+# agent, and not superseding it, puts a possible_conflict entry in both authors' inboxes (above 1: never).
+# conflict_cos = {DEFAULT_CONFLICT_COS}
+# Folders where a cell's relative `kind: file` source_ref locator is looked for (absolute ones need none):
+# the file's SHA-256 is recorded when the cell is stored, and `hyphae validate` checks it again.
+# file_roots = ["~/src/shop"]
+
 [storage]
 # While writes arrive together, a lone write waits this long for others to share its fsync'd transaction
 # (queued writes commit at once; a client that waits for each answer before writing again never waits).
@@ -163,6 +175,13 @@ def load_config(home: Path) -> NodeConfig:
     beacons = _table(data, "beacons", {"default_threshold", "judge", "z_floor", "lexical_weight"}, path)
     storage = _table(data, "storage", {"group_commit_ms"}, path)
     recall = _table(data, "recall", {"hybrid", "lexical_weight"}, path)
+    lifecycle = _table(data, "lifecycle", {"conflict_cos", "file_roots"}, path)
+    conflict_cos = _number(lifecycle, "conflict_cos", DEFAULT_CONFLICT_COS, path, "lifecycle")
+    if not 0.0 <= conflict_cos <= 2.0:
+        raise ConfigError(f"{path}: [lifecycle] conflict_cos must be between 0 and 2 (above 1: never)")
+    file_roots = lifecycle.get("file_roots", [])
+    if not isinstance(file_roots, list) or not all(isinstance(r, str) and r for r in file_roots):
+        raise ConfigError(f"{path}: [lifecycle] file_roots must be a list of folder paths")
     hybrid = recall.get("hybrid", True)
     if not isinstance(hybrid, bool):
         raise ConfigError(f"{path}: [recall] hybrid must be true or false, not {hybrid!r}")
@@ -217,6 +236,8 @@ def load_config(home: Path) -> NodeConfig:
         rate_burst=int(rate_burst),
         hybrid_recall=hybrid,
         lexical_weight=lexical_weight,
+        conflict_cos=conflict_cos,
+        file_roots=tuple(Path(r).expanduser() for r in file_roots),
     )
 
 

@@ -21,6 +21,7 @@ from .cells import Cell
 from .delivery import BeaconBook, CellFacts
 from .energy import EnergyModel
 from .layers import LayerSet
+from .lifecycle import Lifecycle
 from .store import Store, Transaction
 
 __all__ = ["CellWrites"]
@@ -28,7 +29,8 @@ __all__ = ["CellWrites"]
 
 class CellWrites:
     def __init__(
-        self, store: Store, layers: LayerSet, beacons: BeaconBook, energy: EnergyModel, clock: Callable[[], int]
+        self, store: Store, layers: LayerSet, beacons: BeaconBook, energy: EnergyModel, clock: Callable[[], int],
+        *, conflict_cos: float = 0.9,
     ) -> None:
         self._cells = store.cells
         self._members = store.members
@@ -39,10 +41,15 @@ class CellWrites:
         self.clock = clock
         # Inbox times only go up, even when the clock does not (received_at is a cursor).
         self._last_received = store.inbox.last_received()  # touched only by the writer thread
+        self.lifecycle = Lifecycle(
+            store.lifecycle, conflict_cos=conflict_cos, next_received=self._next_received,
+            superseded=layers.catalog.supersede,
+        )  # fmt: skip
 
     def write(self, tx: Transaction, cell: Cell, *, idempotency: tuple[str, str | None] = ("", None)) -> str:
-        """Write one cell with its layer memberships and inbox deliveries; returns its id,
-        or the id already stored under the agent's idempotency key."""
+        """Write one cell with its layer memberships, inbox deliveries and lifecycle links
+        (:mod:`node.lifecycle`); returns its id, or the id already stored under the agent's
+        idempotency key."""
         agent_id, key = idempotency
         if key is not None:
             earlier = self._cells.idempotent(agent_id, key, tx)
@@ -73,7 +80,15 @@ class CellWrites:
             if delivered:
                 self._last_received = received_at
         self.beacons.admission.observe(cell.embedding, cell.content)  # judged first, then held
+        if cell.source_hash is not None or cell.stale_at is not None:
+            self.lifecycle.store.record_source(tx, rowid, cell.source_hash, cell.stale_at, cell.stale_reason)
+        self.lifecycle.after_write(tx, cell, rowid, now)
         return cell.node_id
+
+    def _next_received(self) -> int:
+        """An inbox time later than every earlier one (received_at is a cursor)."""
+        self._last_received = max(self.clock(), self._last_received + 1)
+        return self._last_received
 
     def write_tombstone(self, tx: Transaction, cell: Cell) -> None:
         """Record a cell that was forgotten before it got here (an imported tombstone): the

@@ -136,19 +136,26 @@ class Interests:
 
     # -- the inbox ----------------------------------------------------------------------------
 
-    async def inbox(self, principal: Principal, *, since: Any = None, limit: Any = None) -> dict[str, Any]:
+    async def inbox(
+        self, principal: Principal, *, since: Any = None, limit: Any = None, include_superseded: Any = False
+    ) -> dict[str, Any]:
         """Diffs received after ``since`` (ms or RFC 3339), oldest first; reading changes nothing."""
         since = 0 if since is None else v.parse_time_ms(since, "since")
         limit = v.check_int(limit, "limit", low=1, high=v.MAX_PAGE, default=v.DEFAULT_PAGE)
-        diffs = [inbox_dict(entry) for entry in self._store.inbox.since(principal.agent_id, since, limit)]
+        every = v.check_bool(include_superseded, "include_superseded")
+        entries = self._store.inbox.since(principal.agent_id, since, limit, include_superseded=every)
+        diffs = [inbox_dict(entry) for entry in entries]
         return {"diffs": diffs, "next_since": diffs[-1]["received_at"] if diffs else since}
 
-    async def pull_inbox(self, principal: Principal, *, limit: Any = None) -> dict[str, Any]:
+    async def pull_inbox(
+        self, principal: Principal, *, limit: Any = None, include_superseded: Any = False
+    ) -> dict[str, Any]:
         """The next page after the server-kept cursor, which advances; concurrent pulls never overlap."""
         limit = v.check_int(limit, "limit", low=1, high=v.MAX_PAGE, default=v.DEFAULT_PAGE)
+        every = v.check_bool(include_superseded, "include_superseded")
 
         def job(tx: Transaction) -> dict[str, Any]:
-            entries, cursor, remaining = self._store.inbox.pull(tx, principal.agent_id, limit)
+            entries, cursor, remaining = self._store.inbox.pull(tx, principal.agent_id, limit, include_superseded=every)
             return {"diffs": [inbox_dict(e) for e in entries], "cursor": cursor, "remaining": remaining}
 
         return await self._store.db.write(job)

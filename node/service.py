@@ -43,6 +43,7 @@ from .ingest import CellWrites
 from .interests import Interests
 from .judges import BACKGROUND_CELLS, Background, CalibratedJudge, TermStats, load_background_notes
 from .layers import LayerSet
+from .lifecycle import check_supersedes, file_digest, locate_file, revalidate, supersede_refusal
 from .metrics import NodeMetrics, observed
 from .principals import Principal
 from .ratelimit import RateLimiter
@@ -51,6 +52,7 @@ from .retrieval import candidate_depth, cosine_distances, fuse
 from .sessions import Sessions
 from .shaping import cell_dict
 from .store import PendingWrite, Store, StoredCell, Transaction
+from .store.lifecycle import CellFacts
 from .store.lexical import match_expression
 from .waking import Waker
 
@@ -123,7 +125,7 @@ class MemoryService:
         self.metrics = NodeMetrics()  # a registry per service: several in one process never collide
         self.metrics.watch(self)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self.writes = CellWrites(store, layers, self.beacons, self.energy, clock)
+        self.writes = CellWrites(store, layers, self.beacons, self.energy, clock, conflict_cos=config.conflict_cos)
         self.inbound = InboundPort(
             node_id=self.node_id, tenant_id=config.tenant_id, store=store, writes=self.writes, layers=layers,
             beacons=self.beacons, embedder=embedder, embed=self._embed, clock=clock,
@@ -203,6 +205,7 @@ class MemoryService:
 
     def _load_beacons(self) -> None:
         self.beacons.add_many(self.storage.beacons.live_local(self.node_id))
+        self.layers.catalog.supersede_many(self.storage.lifecycle.superseded_rowids())
         # The newest cells held are the judge's background again (node.judges).
         for content, embedding in self.storage.cells.recent(self.embedder.space, BACKGROUND_CELLS):
             self.beacons.admission.observe(np.frombuffer(embedding, dtype=np.float32), content)
@@ -289,12 +292,15 @@ class MemoryService:
         project = v.check_project(project)
         if scene_id is not None:
             scene_id = v.check_uuid(scene_id, "scene_id")
+        replaced = check_supersedes(metadata)
 
         if idempotency_key is not None:
             original = self.storage.cells.idempotent(principal.agent_id, idempotency_key)
             if original is not None:
                 return {"node_id": original}
         session_id, scene_id, project = self.sessions.placement(principal, scene_id, project)
+        self._check_replaceable(principal, replaced, project)
+        source_hash = await self._source_hash(source_ref)
         idempotency = (principal.agent_id, idempotency_key)
 
         made: list[tuple[v.Cell, PendingWrite]] = []
@@ -319,6 +325,7 @@ class MemoryService:
                 project=project,
                 source_ref=source_ref,
                 metadata=metadata,
+                source_hash=source_hash,
             )
             write = PendingWrite(lambda tx: self.writes.write(tx, cell, idempotency=idempotency), waker)
             made.append((cell, write))  # before the hand-over: the writer may wake us at once
@@ -331,30 +338,77 @@ class MemoryService:
             self.mesh.cell_stored(cell)
         return {"node_id": node_id}
 
+    def _check_replaceable(self, principal: Principal, replaced: tuple[str, ...], project: str | None) -> None:
+        """Every cell a store names in ``metadata.supersedes`` is one this key reads and the
+        supersede rule (node.lifecycle) lets it replace; else nothing is stored."""
+        field = "metadata.supersedes"
+        for old_id in replaced:
+            old = self.storage.cells.by_node_id(old_id)
+            if old is None or old.tenant_id != principal.tenant_id:
+                raise NotFound(f"metadata.supersedes names no cell of yours: {old_id}", field=field)
+            if not principal.may_read_project(old.project):
+                raise Forbidden(
+                    f"cell {old_id} (metadata.supersedes) is in project {old.project!r}, outside this key's scope",
+                    field=field,
+                )  # fmt: skip
+            if old.forgotten_at is not None:
+                raise InvalidArgument(f"cell {old_id} (metadata.supersedes) was forgotten", field=field)
+            new = CellFacts(0, "", principal.tenant_id, principal.agent_id, self.node_id, project, "", 0, None, None)
+            facts = CellFacts(
+                old.rowid, old.node_id, old.tenant_id, old.source_agent, old.origin_node, old.project,
+                old.cell_type, old.created_at, old.superseded_by, old.forgotten_at,
+            )  # fmt: skip
+            refusal = supersede_refusal(new, facts)
+            if refusal is not None:
+                raise Forbidden(refusal, field=field)
+
+    async def _source_hash(self, source_ref: dict[str, str] | None) -> str | None:
+        """The SHA-256 of a ``kind: file`` source found on this machine (for ``validate``)."""
+        if source_ref is None or source_ref["kind"] != "file":
+            return None
+
+        def digest() -> str | None:
+            path = locate_file(source_ref["locator"], self.config.file_roots)
+            try:
+                return file_digest(path) if path is not None else None
+            except OSError:
+                return None
+
+        return await trio.to_thread.run_sync(digest)
+
     def _promote(self, tx: Transaction, rowid: int) -> None:
         self.writes.promote(tx, rowid)
 
     # -- recall / query / search --------------------------------------------------
 
     @observed("recall")
-    async def recall(self, principal: Principal, *, query: Any = None, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
+    async def recall(
+        self, principal: Principal, *, query: Any = None, k: Any = None, cell_types: Any = None, project: Any = None,
+        include_superseded: Any = False,
+    ) -> dict[str, Any]:  # fmt: skip
         """The k nearest cells to a query at L0: ``{results: [{node_id, distance}]}``."""
-        hits = await self._nearest(principal, query, "L0", k, cell_types, project)
+        hits = await self._nearest(principal, query, "L0", k, cell_types, project, include_superseded)
         self.reinforcement.count([rowid for rowid, _ in hits[: self.energy.promote_recall_rank]])
         return {"results": [{"node_id": self.layers.catalog.node_id(r), "distance": d} for r, d in hits]}
 
     @observed("query")
-    async def query(self, principal: Principal, *, query: Any = None, layer: Any = None, k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
+    async def query(
+        self, principal: Principal, *, query: Any = None, layer: Any = None, k: Any = None, cell_types: Any = None,
+        project: Any = None, include_superseded: Any = False,
+    ) -> dict[str, Any]:  # fmt: skip
         """Like recall, against an explicit layer (L0, L1 or L2)."""
         layer = v.check_layer(layer)
-        hits = await self._nearest(principal, query, layer, k, cell_types, project)
+        hits = await self._nearest(principal, query, layer, k, cell_types, project, include_superseded)
         return {"results": [{"node_id": self.layers.catalog.node_id(r), "distance": d} for r, d in hits]}
 
     @observed("search")
-    async def search(self, principal: Principal, *, query: Any = None, layer: Any = "L0", k: Any = None, cell_types: Any = None, project: Any = None) -> dict[str, Any]:
+    async def search(
+        self, principal: Principal, *, query: Any = None, layer: Any = "L0", k: Any = None, cell_types: Any = None,
+        project: Any = None, include_superseded: Any = False,
+    ) -> dict[str, Any]:  # fmt: skip
         """Recall with content: full cells with their distances (REST and CLI)."""
         layer = v.check_layer(layer)
-        hits = await self._nearest(principal, query, layer, k, cell_types, project)
+        hits = await self._nearest(principal, query, layer, k, cell_types, project, include_superseded)
         if layer == "L0":
             self.reinforcement.count([rowid for rowid, _ in hits[: self.energy.promote_recall_rank]])
         cells = self.storage.cells.by_rowids([rowid for rowid, _ in hits])
@@ -364,8 +418,11 @@ class MemoryService:
                 results.append({**self._cell_dict(cells[rowid]), "distance": distance})
         return {"results": results}
 
-    async def _nearest(self, principal, query, layer, k, cell_types, project) -> list[tuple[int, float]]:
+    async def _nearest(
+        self, principal, query, layer, k, cell_types, project, include_superseded=False
+    ) -> list[tuple[int, float]]:
         query = v.check_text(query, "query", max_chars=MAX_QUERY_BYTES)
+        include_superseded = v.check_bool(include_superseded, "include_superseded")
         k = v.check_int(k, "k", low=1, high=100, default=10)
         cell_types = v.check_cell_types(cell_types)
         project = v.check_project(project)
@@ -373,8 +430,9 @@ class MemoryService:
             raise Forbidden(f"this key may not read project {project!r}", field="project")
         vector = await self._embed_query(query)
         allowed = self.layers.catalog.mask_for(
-            principal.tenant_id, principal.projects, cell_types, only_project=project
-        )
+            principal.tenant_id, principal.projects, cell_types, only_project=project,
+            include_superseded=include_superseded,
+        )  # fmt: skip
         expression = match_expression(query, stopwords=True) if self.config.hybrid_recall else None
         depth = k if expression is None else candidate_depth(k)
         dense = [(rowid, max(0.0, float(d))) for rowid, d in self.layers.search(layer, vector, depth, allowed)]
@@ -463,17 +521,22 @@ class MemoryService:
             self.mesh.cell_forgotten(node_id, principal.tenant_id, forgotten_at)
         return {"node_id": node_id, "forgotten_at": forgotten_at}
 
-    async def list_cells(self, principal: Principal, *, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
-        """The newest cells in the key's read scope, newest first (tombstones too, marked); ``cursor``
-        is the ``next_cursor`` of the page before."""
+    async def list_cells(
+        self, principal: Principal, *, limit: Any = None, cursor: Any = None, include_superseded: Any = False
+    ) -> dict[str, Any]:
+        """The newest cells in the key's read scope, newest first (tombstones too, marked; superseded
+        ones only when asked); ``cursor`` is the ``next_cursor`` of the page before."""
         limit = v.check_int(limit, "limit", low=1, high=MAX_PAGE, default=DEFAULT_PAGE)
+        include_superseded = v.check_bool(include_superseded, "include_superseded")
         # ASCII digits only (str.isdigit also takes '²'), and no more than a rowid holds.
         if cursor is not None and (
             not isinstance(cursor, str) or not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 18
         ):
             raise InvalidArgument("'cursor' must be the next_cursor of an earlier page", field="cursor")
         before = int(cursor) if cursor is not None else 2**63 - 1
-        cells = self.storage.cells.page(principal.tenant_id, principal.projects, before, limit)
+        cells = self.storage.cells.page(
+            principal.tenant_id, principal.projects, before, limit, include_superseded=include_superseded
+        )
         next_cursor = str(cells[-1].rowid) if len(cells) == limit else None
         return {"cells": [self._cell_dict(cell) for cell in cells], "next_cursor": next_cursor}
 
@@ -527,13 +590,17 @@ class MemoryService:
     async def remove_beacon(self, principal: Principal, *, beacon_id: Any) -> dict[str, Any]:
         return await self.interests.remove_beacon(principal, beacon_id=beacon_id)
 
-    async def inbox(self, principal: Principal, *, since: Any = None, limit: Any = None) -> dict[str, Any]:
+    async def inbox(
+        self, principal: Principal, *, since: Any = None, limit: Any = None, include_superseded: Any = False
+    ) -> dict[str, Any]:
         """Diffs received after ``since`` (ms or RFC 3339), oldest first; reading changes nothing."""
-        return await self.interests.inbox(principal, since=since, limit=limit)
+        return await self.interests.inbox(principal, since=since, limit=limit, include_superseded=include_superseded)
 
-    async def pull_inbox(self, principal: Principal, *, limit: Any = None) -> dict[str, Any]:
+    async def pull_inbox(
+        self, principal: Principal, *, limit: Any = None, include_superseded: Any = False
+    ) -> dict[str, Any]:
         """The next page after the server-kept cursor, which advances; concurrent pulls never overlap."""
-        return await self.interests.pull_inbox(principal, limit=limit)
+        return await self.interests.pull_inbox(principal, limit=limit, include_superseded=include_superseded)
 
     async def node_inbox(self, *, since: Any = None, limit: Any = None) -> dict[str, Any]:
         """Every agent's inbox on this node, merged in arrival order (the data dir owner's view)."""
@@ -573,6 +640,32 @@ class MemoryService:
     async def apply_scene(self, scene: dict[str, Any], origin_node: str) -> None:
         """Record a teammate's scene so get_scene and list_scenes can show it."""
         await self.inbound.apply_scene(scene, origin_node)
+
+    # -- lifecycle (node.lifecycle) -------------------------------------------------
+
+    async def validate_sources(self, *, project: Any = None) -> dict[str, Any]:
+        """Hash again the files that this node's cells name as their source (``kind: file``) and
+        mark the cells whose file changed or vanished stale (a file back as it was clears it).
+        The data dir owner's operation: the files are this machine's."""
+        project = v.check_project(project)
+        refs = self.storage.lifecycle.file_refs(self.config.tenant_id, project, self.node_id)
+        verdicts = await trio.to_thread.run_sync(revalidate, refs, list(self.config.file_roots))
+        now = self.clock()
+        lifecycle = self.storage.lifecycle
+        stale: list[dict[str, str]] = []
+        fresh: list[str] = []
+
+        def job(tx: Transaction) -> None:
+            for ref, why in verdicts:
+                if why is not None:
+                    stale.append({"node_id": ref.node_id, "locator": ref.locator, "reason": why})
+                    lifecycle.mark_stale(tx, ref.rowid, ref.stale_at or now, why)
+                elif ref.stale_at is not None:
+                    fresh.append(ref.node_id)
+                    lifecycle.mark_stale(tx, ref.rowid, None, None)
+
+        await self.db.write(job)
+        return {"checked": len(verdicts), "stale": stale, "fresh_again": fresh, "not_hashed": len(refs) - len(verdicts)}
 
     # -- node ---------------------------------------------------------------------
 

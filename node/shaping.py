@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .energy import EnergyModel
+from .lifecycle import status_of, supersedes_of
 from .store import AgentRecord, InboxEntry, Scene, StoredCell
 
 __all__ = ["cell_dict", "inbox_dict", "scene_dict", "agent_dict"]
@@ -36,6 +37,11 @@ def cell_dict(cell: StoredCell, *, now: int, energy: EnergyModel, node_id: str) 
         "created_at": cell.created_at,
         "embedding_space": cell.embedding_space,
         "forgotten_at": forgotten_at,
+        # node.lifecycle: active, superseded (by superseded_by), stale (its file changed), forgotten
+        "status": status_of(forgotten_at, cell.superseded_by, cell.stale_at),
+        "superseded_by": cell.superseded_by,
+        "supersedes": list(supersedes_of(cell.metadata)),
+        "stale_reason": cell.stale_reason,
         "provenance": {
             "origin_node": cell.origin_node,
             "source_agent": cell.source_agent,
@@ -69,6 +75,12 @@ def inbox_dict(entry: InboxEntry) -> dict[str, Any]:
         "why": entry.reason,
         "hops": entry.hops,
         "forgotten": entry.forgotten_at is not None,
+        # node.lifecycle: "match" (a beacon caught it), "supersedes" (it replaces ``related``, a
+        # cell that reached this inbox) or "possible_conflict" (with ``related``, your own cell)
+        "kind": entry.kind,
+        "related": entry.related,
+        "supersedes": list(supersedes_of(entry.metadata)),
+        "superseded_by": entry.superseded_by,
     }
 
 

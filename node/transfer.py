@@ -39,6 +39,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -98,6 +99,9 @@ def _cell_record(row: dict[str, Any]) -> dict[str, Any]:
         "signature": _b64(row["signature"]),
         "forgotten_at": forgotten_at,
     }
+    for field in ("source_hash", "stale_at", "stale_reason"):  # node.lifecycle; supersede links ride in metadata
+        if row[field] is not None:
+            record[field] = row[field]
     if forgotten_at is None:
         record["content"] = row["content"]
         record["embedding"] = _b64(row["embedding"])
@@ -180,7 +184,7 @@ class LineError(Exception):
 _CELL_KEYS = {
     "kind", "node_id", "source_agent", "origin_node", "content", "cell_type", "salience", "scene_id", "session_id",
     "project", "source_ref", "metadata", "created_at", "layer", "embedding_space", "embedding", "hops", "signature",
-    "forgotten_at",
+    "forgotten_at", "source_hash", "stale_at", "stale_reason",
 }  # fmt: skip
 _BEACON_KEYS = {
     "kind", "beacon_id", "agent_id", "origin_node", "query", "threshold", "cell_types", "project", "min_salience",
@@ -266,6 +270,11 @@ def parse_cell(record: dict[str, Any], tenant_id: str, space: str, dim: int) -> 
     if isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
         raise LineError("'hops' must be a non-negative integer")
     layer = _checked(v.check_layer, record.get("layer"))
+    source_hash = _str(record, "source_hash", optional=True)
+    if source_hash is not None and not re.fullmatch(r"[0-9a-f]{64}", source_hash):
+        raise LineError("'source_hash' must be a SHA-256 in hex")
+    stale_at = _ms(record, "stale_at", optional=True)
+    stale_reason = _str(record, "stale_reason", optional=True) if stale_at is not None else None
     cell = v.Cell(
         node_id=_checked(v.check_uuid, record.get("node_id"), "node_id"),
         tenant_id=tenant_id,
@@ -286,6 +295,9 @@ def parse_cell(record: dict[str, Any], tenant_id: str, space: str, dim: int) -> 
         hops=hops,
         signature=signature,
         forgotten_at=forgotten_at,
+        source_hash=source_hash,
+        stale_at=stale_at,
+        stale_reason=stale_reason,
     )
     return cell, forgotten_at is None and not same_space
 

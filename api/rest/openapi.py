@@ -21,7 +21,12 @@ _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
         "required": ["kind", "locator"],
         "additionalProperties": False,
     },
-    "metadata": {"type": "object", "description": "at most 16 KiB as JSON"},
+    "metadata": {
+        "type": "object",
+        "description": "at most 16 KiB as JSON; `supersedes`: the ids of the cells this one replaces (at most 16)",
+        "properties": {"supersedes": {"type": "array", "items": {"type": "string", "format": "uuid"}, "maxItems": 16}},
+    },
+    "include_superseded": {"type": "boolean", "default": False, "description": "also cells replaced by others"},
     "idempotency_key": {"type": "string", "maxLength": 200},
     "project": {"type": "string"},
     "query": {"type": "string", "minLength": 1},

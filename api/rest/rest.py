@@ -72,7 +72,8 @@ def _since(request: Request) -> int | str | None:
 
 
 STORE_FIELDS = ("content", "cell_type", "salience", "scene_id", "source_ref", "metadata", "idempotency_key", "project")
-SEARCH_FIELDS = ("query", "k", "layer", "cell_types", "project")
+SEARCH_FIELDS = ("query", "k", "layer", "cell_types", "project", "include_superseded")
+RECALL_FIELDS = ("query", "k", "cell_types", "project", "include_superseded")
 BEACON_FIELDS = ("query", "threshold", "cell_types", "project", "min_salience", "ttl_seconds")
 
 
@@ -102,7 +103,7 @@ async def _search(service, principal, request):
 
 
 async def _recall(service, principal, request):
-    return await service.recall(principal, **_body(request, ("query", "k", "cell_types", "project")))
+    return await service.recall(principal, **_body(request, RECALL_FIELDS))
 
 
 async def _place_beacon(service, principal, request):
@@ -141,15 +142,25 @@ async def _consolidate(service, principal, request):
 
 
 async def _inbox(service, principal, request):
-    return await service.inbox(principal, since=_since(request), limit=_int(request, "limit"))
+    return await service.inbox(
+        principal, since=_since(request), limit=_int(request, "limit"),
+        include_superseded=request.query.get("include_superseded") or False,
+    )  # fmt: skip
 
 
 async def _pull(service, principal, request):
-    return await service.pull_inbox(principal, **_body(request, ("limit",)))
+    return await service.pull_inbox(principal, **_body(request, ("limit", "include_superseded")))
 
 
 async def _list_cells(service, principal, request):
-    return await service.list_cells(principal, limit=_int(request, "limit"), cursor=request.query.get("cursor") or None)
+    return await service.list_cells(
+        principal, limit=_int(request, "limit"), cursor=request.query.get("cursor") or None,
+        include_superseded=request.query.get("include_superseded") or False,
+    )  # fmt: skip
+
+
+async def _validate(service, _principal, request):
+    return await service.validate_sources(**_body(request, ("project",)))
 
 
 async def _node_inbox(service, _principal, request):
@@ -211,11 +222,12 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/whoami", _whoami, "The principal behind the key", tag="node"),
     Route("GET", "/v1/stats", _stats, "Node counters", tag="node"),
     Route("POST", "/v1/cells", _store, "Store a memory cell", status=201, body=STORE_FIELDS),
-    Route("GET", "/v1/cells", _list_cells, "The newest cells in your read scope, newest first", query=("limit", "cursor")),
+    Route("GET", "/v1/cells", _list_cells, "The newest cells in your read scope, newest first",
+          query=("limit", "cursor", "include_superseded")),
     Route("GET", "/v1/cells/{node_id}", _get_cell, "Hydrate a cell with content and provenance"),
     Route("DELETE", "/v1/cells/{node_id}", _forget, "Forget a cell (it becomes a tombstone)"),
     Route("POST", "/v1/search", _search, "Nearest cells to a query, with content", body=SEARCH_FIELDS),
-    Route("POST", "/v1/recall", _recall, "Nearest cells at L0, ids and distances only", body=("query", "k", "cell_types", "project")),
+    Route("POST", "/v1/recall", _recall, "Nearest cells at L0, ids and distances only", body=RECALL_FIELDS),
     Route("POST", "/v1/beacons", _place_beacon, "Place a standing interest", status=201, body=BEACON_FIELDS),
     Route("GET", "/v1/beacons", _list_beacons, "Your live beacons"),
     Route("DELETE", "/v1/beacons/{beacon_id}", _remove_beacon, "Remove one of your beacons"),
@@ -224,8 +236,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/scenes", _list_scenes, "Scenes in your read scope", query=("project", "limit", "cursor")),
     Route("GET", "/v1/scenes/{scene_id}", _get_scene, "One scene with its cell ids"),
     Route("POST", "/v1/scenes/{scene_id}/consolidate", _consolidate, "Summarise a scene into an L2 cell", status=201),
-    Route("GET", "/v1/inbox", _inbox, "Diffs received after a time (non-destructive)", query=("since", "limit")),
-    Route("POST", "/v1/inbox/pull", _pull, "The next page after your server-kept cursor", body=("limit",)),
+    Route("GET", "/v1/inbox", _inbox, "Diffs received after a time (non-destructive)",
+          query=("since", "limit", "include_superseded")),
+    Route("POST", "/v1/inbox/pull", _pull, "The next page after your server-kept cursor", body=("limit", "include_superseded")),
     Route("POST", "/v1/admin/agents", _add_agent, "Create an agent; its key is returned once", auth="admin", status=201, body=("name", "projects"), tag="admin"),
     Route("GET", "/v1/admin/agents", _list_agents, "List agents", auth="admin", tag="admin"),
     Route("DELETE", "/v1/admin/agents/{name}", _revoke_agent, "Revoke an agent's key", auth="admin", tag="admin"),
@@ -233,6 +246,8 @@ ROUTES: tuple[Route, ...] = (
           auth="admin", body=("path",), tag="admin"),
     Route("POST", "/v1/admin/import", _import, "Import a JSONL export file on this machine (idempotent, resumable)",
           auth="admin", body=("path",), tag="admin"),
+    Route("POST", "/v1/admin/validate", _validate, "Hash this node's file-sourced cells again; mark changed ones stale",
+          auth="admin", body=("project",), tag="admin"),
     Route("GET", "/v1/peers", _peers, "The mesh: peers, states, queues, drop counters", tag="node"),
     Route("GET", "/v1/admin/peers", _peers, "The mesh, for the data dir's owner", auth="admin", tag="admin"),
     Route("GET", "/v1/admin/inbox", _node_inbox, "Every agent's inbox on this node, by arrival", auth="admin",

@@ -11,6 +11,8 @@ from .plumbing import EXIT_OK, act, emit_json, format_time, one_line
 def cmd_store(args: argparse.Namespace) -> int:
     content = sys.stdin.read() if args.text == "-" else args.text
     metadata = json.loads(args.metadata) if args.metadata else None
+    if args.supersedes:
+        metadata = {**(metadata or {}), "supersedes": args.supersedes}
     source_ref = None
     if args.ref:
         kind, _, locator = args.ref.partition(":")
@@ -34,7 +36,8 @@ def cmd_store(args: argparse.Namespace) -> int:
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
-    fields = {"query": args.query, "k": args.k, "layer": args.layer, "cell_types": args.type, "project": args.project}
+    fields = {"query": args.query, "k": args.k, "layer": args.layer, "cell_types": args.type, "project": args.project,
+              "include_superseded": args.include_superseded or None}  # fmt: skip
     result = act(args, "search", **{k: v for k, v in fields.items() if v is not None})
     if args.json:
         emit_json(result)
@@ -42,17 +45,19 @@ def cmd_recall(args: argparse.Namespace) -> int:
     if not result["results"]:
         print("No memories match.")
     for hit in result["results"]:
-        print(f"{hit['distance']:.3f}  [{hit['cell_type']}] {one_line(hit['content'])}")
+        status = "" if hit.get("status", "active") == "active" else f" ({hit['status']})"
+        print(f"{hit['distance']:.3f}  [{hit['cell_type']}]{status} {one_line(hit['content'])}")
         print(f"       {hit['node_id']}  {format_time(hit['created_at'])}")
     return EXIT_OK
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
+    every = {"include_superseded": True} if args.include_superseded else {}
     if args.pull:
-        result = act(args, "pull_inbox", **({"limit": args.limit} if args.limit else {}))
+        result = act(args, "pull_inbox", **({"limit": args.limit} if args.limit else {}), **every)
     else:
         since = int(args.since) if args.since and args.since.isdigit() else args.since
-        result = act(args, "inbox", since=since, limit=args.limit)
+        result = act(args, "inbox", since=since, limit=args.limit, **every)
     if args.json:
         emit_json(result)
         return EXIT_OK
@@ -61,6 +66,10 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     for diff in result["diffs"]:
         print(f"{format_time(diff['received_at'])}  sim={diff['similarity']:.2f}  [{diff['cell_type']}] {one_line(diff['content'])}")
         print(f"       {diff['node_id']} from {diff['source_agent']} @ {diff['origin_node'][:12]} hops={diff['hops']}")
+        if diff.get("kind") == "supersedes":
+            print(f"       supersedes {diff['related']}, which you received: that one is no longer current")
+        elif diff.get("kind") == "possible_conflict":
+            print(f"       possible conflict with your {diff['related']}")
     return EXIT_OK
 
 

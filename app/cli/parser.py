@@ -10,6 +10,7 @@ from node.energy import CELL_TYPES
 from node.version import package_version
 
 from .data import cmd_export, cmd_import, cmd_reindex
+from .lifecycle import cmd_validate
 from .memories import (
     cmd_beacon_add, cmd_beacon_list, cmd_beacon_remove, cmd_consolidate, cmd_inbox, cmd_recall, cmd_store,
 )  # fmt: skip
@@ -49,7 +50,7 @@ _GROUPS = (
     ("set up", ("init", "agent", "team", "connect")),
     ("run the node", ("up", "mcp", "status", "peers", "doctor")),
     ("memories (as $HYPHAE_API_KEY's agent)", ("store", "recall", "inbox", "beacon", "consolidate")),
-    ("data", ("export", "import", "reindex")),
+    ("data", ("export", "import", "reindex", "validate")),
 )
 
 
@@ -128,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument("--ref", help="source reference as KIND:LOCATOR, e.g. file:src/db.py:42")
     store.add_argument("--metadata", help="a JSON object")
     store.add_argument("--idempotency-key")
+    store.add_argument("--supersedes", action="append", metavar="ID",
+                       help="the node_id of a cell this one replaces (repeatable); it stays, marked superseded")
 
     recall = command("recall", cmd_recall, "find the memories nearest to a query, with content")
     recall.add_argument("query")
@@ -135,11 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--layer", default="L0", choices=("L0", "L1", "L2"))
     recall.add_argument("--type", action="append", choices=CELL_TYPES, help="only these cell types (repeatable)")
     recall.add_argument("--project")
+    recall.add_argument("--include-superseded", action="store_true", help="also cells that others replaced")
 
     inbox = command("inbox", cmd_inbox, "show what your beacons caught")
     inbox.add_argument("--since", help="milliseconds or RFC 3339 time")
     inbox.add_argument("--limit", type=int)
     inbox.add_argument("--pull", action="store_true", help="take the next page and advance the server cursor")
+    inbox.add_argument("--include-superseded", action="store_true", help="also cells that others replaced")
+    validate = command("validate", cmd_validate, "mark memories whose source file changed or vanished as stale")
+    validate.add_argument("--project", help="only this project's cells")
 
     beacon_commands = group("beacon", "standing interests that fill your inbox: add | list | remove", "beacon_command")
     beacon_add = command("add", cmd_beacon_add, "place a beacon; prints its id", beacon_commands)

@@ -95,7 +95,7 @@ class BeaconStore:
 _ENTRY_COLUMNS = (
     "i.seq, c.node_id, c.content, c.cell_type, c.salience, c.source_agent, c.origin_node, c.project, c.scene_id, "
     "c.source_ref, c.metadata, c.created_at, i.received_at, i.beacon_id, i.similarity, i.hops, c.forgotten_at, "
-    "COALESCE(i.score, i.similarity), i.reason"
+    "COALESCE(i.score, i.similarity), i.reason, COALESCE(i.kind, 'match'), i.related, c.superseded_by"
 )
 
 
@@ -121,6 +121,9 @@ class InboxEntry(NamedTuple):
     forgotten_at: int | None
     score: float  # the admission rule's (the cosine, for deliveries from before it kept one)
     reason: str | None  # why the admission rule let the cell in
+    kind: str  # "match" (a beacon caught it), "supersedes" or "possible_conflict" (node.lifecycle)
+    related: str | None  # the cell the news is about: the one replaced, or the one it may contradict
+    superseded_by: str | None
 
 
 def _entry(row: tuple) -> InboxEntry:
@@ -147,11 +150,13 @@ class Inbox:
             (agent_id, rowid, a.beacon_id, a.similarity, a.score, a.reason, received_at, hops),
         ).rowcount)  # fmt: skip
 
-    def since(self, agent_id: str, since: int, limit: int) -> list[InboxEntry]:
-        """An agent's deliveries received after ``since``, oldest first."""
+    def since(self, agent_id: str, since: int, limit: int, *, include_superseded: bool = False) -> list[InboxEntry]:
+        """An agent's deliveries received after ``since``, oldest first (those of superseded
+        cells left out unless asked: their successor came as news)."""
+        current = "" if include_superseded else " AND c.superseded_by IS NULL"
         rows = self.db.query(
             f"SELECT {_ENTRY_COLUMNS} FROM inbox i JOIN cells c ON c.rowid = i.cell_rowid "
-            "WHERE i.agent_id = ? AND i.received_at > ? ORDER BY i.received_at LIMIT ?",
+            f"WHERE i.agent_id = ? AND i.received_at > ?{current} ORDER BY i.received_at LIMIT ?",
             (agent_id, since, limit),
         )
         return [_entry(r) for r in rows]
@@ -165,9 +170,12 @@ class Inbox:
         )
         return [(r[0], r[1], _entry(r[2:])) for r in rows]
 
-    def pull(self, tx: Transaction, agent_id: str, limit: int) -> tuple[list[InboxEntry], int, int]:
+    def pull(
+        self, tx: Transaction, agent_id: str, limit: int, *, include_superseded: bool = False
+    ) -> tuple[list[InboxEntry], int, int]:
         """The next page after the agent's cursor, which advances past it:
-        ``(entries, cursor, how many remain after it)``."""
+        ``(entries, cursor, how many remain after it)``; superseded cells' entries are passed
+        over unless asked for."""
         row = tx.execute("SELECT last_seq FROM pull_cursors WHERE agent_id = ?", (agent_id,)).fetchone()
         cursor = row[0] if row else 0
         rows = tx.execute(
@@ -177,6 +185,8 @@ class Inbox:
         ).fetchall()
         if rows:
             cursor = rows[-1][0]
+            if not include_superseded:
+                rows = [r for r in rows if r[-1] is None]
             tx.execute(
                 "INSERT INTO pull_cursors (agent_id, last_seq) VALUES (?, ?) "
                 "ON CONFLICT (agent_id) DO UPDATE SET last_seq = excluded.last_seq",

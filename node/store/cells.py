@@ -33,7 +33,7 @@ _INSERT_TOMBSTONE = f"INSERT INTO cells ({_WRITTEN}, forgotten_at, forgotten_by)
 _COLUMNS = (
     "rowid, node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, energy0, "
     "scene_id, session_id, project, source_ref, metadata, created_at, layer, embedding_space, hops, "
-    "signature IS NOT NULL, forgotten_at, forgotten_by"
+    "signature IS NOT NULL, forgotten_at, forgotten_by, superseded_by, stale_at, stale_reason"
 )
 _RECORD_COLUMNS = (
     "node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, created_at, layer, "
@@ -65,13 +65,16 @@ class StoredCell(NamedTuple):
     signed: bool
     forgotten_at: int | None
     forgotten_by: str | None
+    superseded_by: str | None = None  # node.lifecycle: the cell that replaced this one
+    stale_at: int | None = None  # when `hyphae validate` found its source file changed or gone
+    stale_reason: str | None = None
 
 
 def _stored(row: tuple) -> StoredCell:
     source_ref, metadata = row[12], row[13]
     return StoredCell(
         *row[:12], json.loads(source_ref) if source_ref else None, json.loads(metadata), *row[14:18], bool(row[18]),
-        row[19], row[20],
+        *row[19:24],
     )  # fmt: skip
 
 
@@ -136,12 +139,16 @@ class CellStore:
         rows = self.db.query(f"SELECT {_COLUMNS} FROM cells WHERE rowid IN ({marks})", rowids)
         return {r[0]: _stored(r) for r in rows}
 
-    def page(self, tenant_id: str, projects: tuple[str, ...], before: int, limit: int) -> list[StoredCell]:
+    def page(
+        self, tenant_id: str, projects: tuple[str, ...], before: int, limit: int, *, include_superseded: bool = True
+    ) -> list[StoredCell]:
         """The tenant's cells below rowid ``before``, newest first; with ``projects``, only
         tenant-wide cells and those of the projects."""
         scope, projects = "", list(projects)
         if projects:
             scope = f" AND (project IS NULL OR project IN ({','.join('?' * len(projects))}))"
+        if not include_superseded:
+            scope += " AND superseded_by IS NULL"
         rows = self.db.query(
             f"SELECT {_COLUMNS} FROM cells WHERE tenant_id = ? AND rowid < ?{scope} ORDER BY rowid DESC LIMIT ?",
             (tenant_id, before, *projects, limit),

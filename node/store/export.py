@@ -21,7 +21,7 @@ __all__ = ["Snapshot", "EXPORTED_TABLES"]
 _CELL_FIELDS = (
     "node_id", "source_agent", "origin_node", "content", "cell_type", "salience", "scene_id", "session_id", "project",
     "source_ref", "metadata", "created_at", "layer", "embedding", "embedding_space", "hops", "signature",
-    "forgotten_at",
+    "forgotten_at", "source_hash", "stale_at", "stale_reason",
 )  # fmt: skip
 _BEACON_FIELDS = (
     "beacon_id", "agent_id", "origin_node", "query", "threshold", "cell_types", "project", "min_salience",

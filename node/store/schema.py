@@ -191,6 +191,26 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE inbox ADD COLUMN score REAL",
         "ALTER TABLE inbox ADD COLUMN reason TEXT",
     ],
+    # v7: knowledge that stays true (node.lifecycle). A cell names the cells it replaces
+    # (``supersessions``, kept whichever of the two arrives first) and a replaced one records
+    # its successor; a cell whose file changed is stale; an inbox entry says what kind of
+    # news it is (a match, a successor of a cell the agent received, a possible conflict)
+    # and which cell it relates to. Rows from before read as active matches.
+    [
+        "ALTER TABLE cells ADD COLUMN superseded_by TEXT",
+        "ALTER TABLE cells ADD COLUMN superseded_at INTEGER",
+        "ALTER TABLE cells ADD COLUMN source_hash TEXT",
+        "ALTER TABLE cells ADD COLUMN stale_at INTEGER",
+        "ALTER TABLE cells ADD COLUMN stale_reason TEXT",
+        """CREATE TABLE supersessions (
+            old_id TEXT NOT NULL,
+            new_id TEXT NOT NULL,
+            PRIMARY KEY (old_id, new_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX supersessions_new ON supersessions(new_id)",
+        "ALTER TABLE inbox ADD COLUMN kind TEXT",
+        "ALTER TABLE inbox ADD COLUMN related TEXT",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -10,6 +10,7 @@ from .cells import CellStore
 from .database import Database
 from .diff_log import SqliteDiffLog
 from .export import Snapshot
+from .lifecycle import LifecycleStore
 from .maintenance import Reembedding
 from .members import LayerMembers
 from .mesh_gaps import MeshGaps
@@ -33,6 +34,7 @@ class Store:
         self.members = LayerMembers(db)
         self.beacons = BeaconStore(db)
         self.inbox = Inbox(db)
+        self.lifecycle = LifecycleStore(db)  # supersede links, staleness (node.lifecycle)
         self.sessions = SessionStore(db)
         self.quarantine = Quarantine(db)
         self.mesh_gaps = MeshGaps(db, self.quarantine)

@@ -16,6 +16,7 @@ where (``git log -p node/store/schema.py``, and before the move ``node/schema.py
     v3  c4ab4d7   + members' keys (mesh_keys); the previous release
     v4  4cae8b4   + the quarantine (mesh_quarantine)
     v5  a07b934   + the lexical index (cells_fts)
+    v6  65861c6   + the inbox's score and reason (why an entry was admitted)
 
 The interpreter is this checkout's (its venv has every dependency those commits used); the
 old code is imported from ``--source`` because ``python -m`` puts the working directory first.
