@@ -119,7 +119,8 @@ class FakeService:
             diff = {
                 **cell, "inbox_id": str(uuid.uuid4()), "received_at": self.now(),
                 "beacon_id": beacon["beacon_id"], "similarity": similarity, "score": similarity,
-                "why": f"word overlap {similarity:.2f}", "hops": 0,
+                "why": f"word overlap {similarity:.2f}", "hops": 0, "kind": "match", "related": None,
+                "supersedes": list(cell.get("metadata", {}).get("supersedes", [])), "superseded_by": None,
             }
             self.inboxes.setdefault(beacon["owner"], []).append(diff)
 
