@@ -477,9 +477,11 @@ async def test_three_top_3_recalls_promote_exactly_the_top_3(service, make_agent
     query = texts[0]
 
     async def recall_ranking() -> list[str]:
+        await indexed(service)  # the index as a quiet machine would have it by now, whatever the load
         with trio.fail_after(10):
             result = await service.recall(alice, query=query, k=10)
         await settle(service)  # the reinforcement job is fire-and-forget
+        await indexed(service)  # and the promotions it made, in the L1 index
         return [hit["node_id"] for hit in result["results"]]
 
     ranking = await recall_ranking()
