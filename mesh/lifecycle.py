@@ -37,14 +37,21 @@ from typing import Any
 from .errors import CellRuleError, Reason
 
 __all__ = [
-    "SUPERSEDES_KEY", "MAX_SUPERSEDES", "MAX_CELL_ID_CHARS", "ACTIVE", "SUPERSEDED", "FORGOTTEN",
-    "check_supersedes", "supersedes", "statuses",
+    "ACTIVE",
+    "FORGOTTEN",
+    "MAX_CELL_ID_CHARS",
+    "MAX_SUPERSEDES",
+    "SUPERSEDED",
+    "SUPERSEDES_KEY",
+    "check_supersedes",
+    "statuses",
+    "supersedes",
 ]  # fmt: skip
 
 SUPERSEDES_KEY = "supersedes"
 MAX_SUPERSEDES = 16
 MAX_CELL_ID_CHARS = 64
-_CELL_ID = re.compile(r"[0-9A-Za-z_-]{1,%d}" % MAX_CELL_ID_CHARS)
+_CELL_ID = re.compile(rf"[0-9A-Za-z_-]{{1,{MAX_CELL_ID_CHARS}}}")
 
 ACTIVE, SUPERSEDED, FORGOTTEN = "active", "superseded", "forgotten"
 
