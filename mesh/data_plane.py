@@ -49,7 +49,8 @@ __all__ = ["DataPlane"]
 _ACKS_HELD = 64  # delayed acks for one peer beyond this go at once
 _GRAFT_UNKNOWN = "graft_unknown"  # a graft for a diff we no longer keep (or never announced)
 _KIND_NAMES = {kind: kind.name.lower() for kind in DiffKind}  # counters' keys (looked up per diff accepted)
-_RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
+_RECEIPTS_KEPT = 1 << 16
+_CHAIN_CELLS = 64  # cells a superseding cell's routing looks at, down its chain of revisions  # data diffs received, newest kept: where each origin's span of a have-set starts
 
 
 class DataPlane:
@@ -104,23 +105,31 @@ class DataPlane:
     def _superseded_targets(self, diff: Diff, cell: CellPayload, sender: str | None) -> set[str]:
         """Where the cells ``cell`` supersedes, those we hold, would go from here: as their origin
         (``sender`` None: their routing targets and their origins) or as a relay (their relay
-        targets). Known interest only: a walk hop for an old cell would be a copy no holder asked
-        for. Asked before the new cell's own targets, so the router's walk hops are the new cell's."""
+        targets), each with the cells it superseded in turn (a chain of revisions: the holders of
+        the first were sent the second), at most ``_CHAIN_CELLS`` cells in all. Known interest
+        only: a walk hop for an old cell would be a copy no holder asked for. Asked before the new
+        cell's own targets, so the router's walk hops are the new cell's."""
         ids = supersedes(cell.metadata, cell.node_id)
         if ids is None:
             self.counters.supersedes_ignored += 1
             return set()
         out: set[str] = set()
         router, now = self.router, self.state.now
-        for old_id in ids:
-            ref = self.store.cell(old_id)
+        todo, seen = list(ids), {cell.node_id, *ids}
+        while todo and len(seen) <= _CHAIN_CELLS:
+            ref = self.store.cell(todo.pop(0))
             if ref is None or not isinstance(ref.payload, CellPayload):
                 continue
+            old = ref.payload
             if sender is None:
-                out |= router.origin_targets(diff, ref.payload, now) - router.walked
+                out |= router.origin_targets(diff, old, now) - router.walked
                 out.add(ref.origin)
             else:
-                out |= router.relay_targets(diff, ref.payload, sender, now) - router.walked
+                out |= router.relay_targets(diff, old, sender, now) - router.walked
+            for older in supersedes(old.metadata, old.node_id) or ():
+                if older not in seen:
+                    seen.add(older)
+                    todo.append(older)
         out.discard(self.state.node_id)
         return out
 

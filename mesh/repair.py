@@ -50,6 +50,8 @@ from .lifecycle import supersedes
 
 __all__ = ["RepairClient", "RepairAnswer", "Owed", "answer_repair"]
 
+_CHAIN_CELLS = 64  # superseded cells looked at per superseding cell (mesh.data_plane's bound)
+
 
 @dataclasses.dataclass(slots=True)
 class _Pending:
@@ -180,10 +182,14 @@ def _matching(
         if diff.origin == requester or not isinstance(p, CellPayload) or store.forgotten(p.node_id, diff.origin):
             continue
         cells.append((lsn, p))
-        for old_id in supersedes(p.metadata, p.node_id) or ():
-            ref = store.cell(old_id)
+        todo, seen = list(supersedes(p.metadata, p.node_id) or ()), {p.node_id}
+        while todo and len(seen) <= _CHAIN_CELLS:  # and down the chain of revisions, as routing goes
+            old_id = todo.pop(0)
+            ref = store.cell(old_id) if old_id not in seen else None
+            seen.add(old_id)
             if ref is not None and isinstance(ref.payload, CellPayload):
                 cells.append((lsn, ref.payload))
+                todo += supersedes(ref.payload.metadata, old_id) or ()
     wanted: set[int] = set()
     by_shape: dict[tuple[str, int], list[tuple[int, CellPayload]]] = {}
     for lsn, cell in cells:
