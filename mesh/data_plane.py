@@ -134,7 +134,8 @@ class DataPlane:
         return out
 
     def push_tombstone(self, cell_id: str, tenant_id: str) -> None:
-        """A cell forgotten here: the tombstone goes where the cell went (and to its origin)."""
+        """A cell forgotten here: the tombstone goes where the cell went (and to its origin),
+        the holders of the cells it superseded included."""
         state = self.state
         ref = self.store.cell(cell_id)
         payload = TombstonePayload(cell_id, tenant_id, state.now, ref.origin if ref else None, ref.seq if ref else 0)
@@ -145,7 +146,8 @@ class DataPlane:
         cell = ref.payload
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
-        targets = self.router.origin_targets(wire, cell, state.now)
+        extra = self._superseded_targets(wire, cell, None)  # it went to the holders of what it superseded
+        targets = self.router.origin_targets(wire, cell, state.now) | extra
         if ref.origin != state.node_id:
             targets.add(ref.origin)
         for peer_id in targets:
@@ -343,7 +345,7 @@ class DataPlane:
 
     def _relay(self, diff: Diff, cell: CellPayload, sender: Peer) -> None:
         router, now = self.router, self.state.now
-        extra = self._superseded_targets(diff, cell, sender.node_id) if diff.kind is DiffKind.CELL else set()
+        extra = self._superseded_targets(diff, cell, sender.node_id)  # a cell's tombstone goes where the cell went
         targets = router.relay_targets(diff, cell, sender.node_id, now) | extra
         if not targets:
             return

@@ -223,7 +223,9 @@ class Workload:
 
     @cached_property
     def store_phase_ms(self) -> int:
-        return self.cells[-1].at_ms if self.cells else 0
+        """The last store's time, or the last forget's, if later (the drain comes after both)."""
+        last = [c.at_ms for c in self.cells[-1:]] + [c.forgotten_at_ms for c in self.cells if c.forgotten_at_ms]
+        return max(last, default=0)
 
     def e0(self, cell: SimCell) -> float:
         return self.energy.initial(cell.salience, cell.cell_type)
