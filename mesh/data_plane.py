@@ -15,6 +15,12 @@ nodes it names, and a relay's onward copies may wait ``relay_hold_ms`` for such 
 ``lazy_push`` a relay's copies to a peer that was sent one it had go as announcements, asked
 for when no other copy comes (:mod:`mesh.lazy`: IHAVE, GRAFT, and prunes riding on acks).
 
+A cell that supersedes others (:mod:`mesh.lifecycle`) also goes where each of them went: its
+origin adds the targets each superseded cell it holds would be routed to, and that cell's own
+origin; a relay adds each one's relay targets (known interest only, never a walk hop). Every
+holder of the old cell is sent the new one, once. A cell whose tombstone (by its origin) we
+hold is not logged, handed to the node or relayed, whichever came first.
+
 What a peer going dead leaves in its queue is owed to it (:class:`mesh.repair.Owed`) and
 offered again when it comes back. Every frame goes out through
 :meth:`~mesh.state.NodeState.send`.
@@ -29,6 +35,7 @@ from .diffs import DATA_KINDS, CellPayload, Diff, DiffKind, TombstonePayload
 from .errors import Reason
 from .events import ApplyTombstone, StoreRemoteCell
 from .lazy import LazyPush
+from .lifecycle import supersedes
 from .membership import Peer, PeerState
 from .outbox import Batch, Outbox
 from .repair import Owed
@@ -42,7 +49,8 @@ __all__ = ["DataPlane"]
 _ACKS_HELD = 64  # delayed acks for one peer beyond this go at once
 _GRAFT_UNKNOWN = "graft_unknown"  # a graft for a diff we no longer keep (or never announced)
 _KIND_NAMES = {kind: kind.name.lower() for kind in DiffKind}  # counters' keys (looked up per diff accepted)
-_RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
+_RECEIPTS_KEPT = 1 << 16
+_CHAIN_CELLS = 64  # cells a superseding cell's routing looks at, down its chain of revisions  # data diffs received, newest kept: where each origin's span of a have-set starts
 
 
 class DataPlane:
@@ -87,14 +95,47 @@ class DataPlane:
         self.store.put(diff, state.now)
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
-        targets = self.router.origin_targets(wire, cell, state.now)
+        extra = self._superseded_targets(wire, cell, None)
+        targets = self.router.origin_targets(wire, cell, state.now) | extra
         if told := self._told(sorted(targets), b""):
             wire = wire.routed(wire.hops, wire.ttl, told)
         for peer_id in targets:
             self.enqueue(peer_id, wire, e0)
 
+    def _superseded_targets(self, diff: Diff, cell: CellPayload, sender: str | None) -> set[str]:
+        """Where the cells ``cell`` supersedes, those we hold, would go from here: as their origin
+        (``sender`` None: their routing targets and their origins) or as a relay (their relay
+        targets), each with the cells it superseded in turn (a chain of revisions: the holders of
+        the first were sent the second), at most ``_CHAIN_CELLS`` cells in all. Known interest
+        only: a walk hop for an old cell would be a copy no holder asked for. Asked before the new
+        cell's own targets, so the router's walk hops are the new cell's."""
+        ids = supersedes(cell.metadata, cell.node_id)
+        if ids is None:
+            self.counters.supersedes_ignored += 1
+            return set()
+        out: set[str] = set()
+        router, now = self.router, self.state.now
+        todo, seen = list(ids), {cell.node_id, *ids}
+        while todo and len(seen) <= _CHAIN_CELLS:
+            ref = self.store.cell(todo.pop(0))
+            if ref is None or not isinstance(ref.payload, CellPayload):
+                continue
+            old = ref.payload
+            if sender is None:
+                out |= router.origin_targets(diff, old, now) - router.walked
+                out.add(ref.origin)
+            else:
+                out |= router.relay_targets(diff, old, sender, now) - router.walked
+            for older in supersedes(old.metadata, old.node_id) or ():
+                if older not in seen:
+                    seen.add(older)
+                    todo.append(older)
+        out.discard(self.state.node_id)
+        return out
+
     def push_tombstone(self, cell_id: str, tenant_id: str) -> None:
-        """A cell forgotten here: the tombstone goes where the cell went (and to its origin)."""
+        """A cell forgotten here: the tombstone goes where the cell went (and to its origin),
+        the holders of the cells it superseded included."""
         state = self.state
         ref = self.store.cell(cell_id)
         payload = TombstonePayload(cell_id, tenant_id, state.now, ref.origin if ref else None, ref.seq if ref else 0)
@@ -105,7 +146,8 @@ class DataPlane:
         cell = ref.payload
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
-        targets = self.router.origin_targets(wire, cell, state.now)
+        extra = self._superseded_targets(wire, cell, None)  # it went to the holders of what it superseded
+        targets = self.router.origin_targets(wire, cell, state.now) | extra
         if ref.origin != state.node_id:
             targets.add(ref.origin)
         for peer_id in targets:
@@ -272,6 +314,9 @@ class DataPlane:
         if isinstance(diff.payload, TombstonePayload) and not self._forgets_own_cell(diff.origin, diff.payload):
             state.drop(Reason.NOT_ORIGIN)
             return
+        if isinstance(diff.payload, CellPayload) and self.store.forgotten(diff.payload.node_id, diff.origin):
+            state.drop(Reason.FORGOTTEN)  # its tombstone came first: the cell stays forgotten
+            return
         now = state.now
         self.store.put(diff, now)
         self.receipts.append((now, diff.origin, diff.seq))
@@ -300,7 +345,8 @@ class DataPlane:
 
     def _relay(self, diff: Diff, cell: CellPayload, sender: Peer) -> None:
         router, now = self.router, self.state.now
-        targets = router.relay_targets(diff, cell, sender.node_id, now)
+        extra = self._superseded_targets(diff, cell, sender.node_id)  # a cell's tombstone goes where the cell went
+        targets = router.relay_targets(diff, cell, sender.node_id, now) | extra
         if not targets:
             return
         e0 = self.energy.initial(cell.salience, cell.cell_type)

@@ -46,6 +46,7 @@ class Reason:
     BAD_SIGNATURE = "bad_signature"  # signature does not verify
     DUPLICATE = "duplicate"  # (origin, seq) already held
     NOT_ORIGIN = "not_origin"  # a tombstone signed by another node than its cell's origin
+    FORGOTTEN = "forgotten"  # a cell whose origin's tombstone we hold: not kept, handed over or relayed
     STALE = "stale"  # control diff older than the version we hold
     NOT_OWNER = "not_owner"  # a beacon removal from a node that does not hold that beacon id (another does)
     QUOTA = "quota"  # a control diff that would take its origin past its share (MeshConfig.max_*_per_origin)

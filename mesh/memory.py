@@ -7,6 +7,8 @@ hands back the control diffs (members, beacons, scenes) so a restarted node rout
 from its first store instead of after a round of anti-entropy, and keeps the members'
 public keys (with their membership proofs) so a restarted node verifies a member's
 diffs before that member has spoken to it again.
+It also says whose tombstone it holds for a cell id, so that a cell arriving after its
+tombstone is not taken as live (:mod:`mesh.lifecycle`).
 A log position (``lsn``) is local to one node and only ever grows; repair asks "what
 matches my beacons after position p in *your* log?". The production node implements
 the same protocol over SQLite.
@@ -17,7 +19,7 @@ from __future__ import annotations
 import bisect
 from typing import Protocol
 
-from .diffs import DATA_KINDS, CellPayload, Diff
+from .diffs import DATA_KINDS, CellPayload, Diff, TombstonePayload
 
 __all__ = ["DiffLog", "MemoryDiffLog"]
 
@@ -42,6 +44,10 @@ class DiffLog(Protocol):
 
     def cell(self, cell_id: str) -> Diff | None:
         """The diff that carried the cell with this id, if held."""
+
+    def forgotten(self, cell_id: str, origin: str) -> bool:
+        """Is a tombstone for this cell id, signed by ``origin``, held? True at once after the
+        tombstone's ``put``, and still when the cell's own diff is gone."""
 
     def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
         """Up to ``limit`` data diffs (cell, tombstone) with lsn > ``after``, in log order,
@@ -68,6 +74,7 @@ class MemoryDiffLog:
     def __init__(self) -> None:
         self._held: dict[tuple[str, int], bytes] = {}  # (origin, seq) -> signature
         self._cells: dict[str, Diff] = {}
+        self._forgotten: set[tuple[str, str]] = set()  # (cell id, origin) of each tombstone held
         self._lsns: list[int] = []
         self._received: list[int] = []
         self._data: list[Diff] = []
@@ -97,6 +104,8 @@ class MemoryDiffLog:
             self._data.append(diff)
             if isinstance(diff.payload, CellPayload):
                 self._cells.setdefault(diff.payload.node_id, diff)
+            elif isinstance(diff.payload, TombstonePayload):
+                self._forgotten.add((diff.payload.cell_id, diff.origin))
         else:
             self._control.append(diff)
         return True
@@ -106,6 +115,9 @@ class MemoryDiffLog:
 
     def cell(self, cell_id: str) -> Diff | None:
         return self._cells.get(cell_id)
+
+    def forgotten(self, cell_id: str, origin: str) -> bool:
+        return (cell_id, origin) in self._forgotten
 
     def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
         start = bisect.bisect_right(self._lsns, after)

@@ -17,6 +17,15 @@ within one cycle through the live peers. The responder scans at most ``repair_sc
 ``more`` when there is more to scan; decayed cells (energy below the floor) and cells
 older than the beacon are not sent.
 
+Tombstones are offered to every requester, whatever its beacons: they carry no content
+(about 100 bytes), and once the forgotten cell's vector is erased no beacon could be matched
+against it, yet a node that was away when the cell was forgotten may hold it. A team is one
+tenant (:mod:`mesh.team`), so every requester is of the tombstone's tenant. The marks and
+the requester's have-set send each one at most once per requester and holder asked. A cell
+whose tombstone by its origin we hold is never sent. A cell that supersedes others
+(:mod:`mesh.lifecycle`) is sent to a requester whose beacons accept it or any of the cells
+it supersedes that we hold: the holders of an old cell are those its beacons took it to.
+
 Repair is the requester's pull; :class:`Owed` is the origin's push. What an origin
 failed to hand a peer (dropped as the peer went dead, or given up after every resend)
 it keeps, within a bound, and offers again when that peer comes back: a cell stored
@@ -37,8 +46,11 @@ from .routing import IndexedBeacon
 from .routing_rule import accepts
 from .haves import HaveSet
 from .diffs import CellPayload, Diff, TombstonePayload, diff_key
+from .lifecycle import supersedes
 
 __all__ = ["RepairClient", "RepairAnswer", "Owed", "answer_repair"]
+
+_CHAIN_CELLS = 64  # superseded cells looked at per superseding cell (mesh.data_plane's bound)
 
 
 @dataclasses.dataclass(slots=True)
@@ -144,6 +156,7 @@ def answer_repair(
     if not scanned:
         return RepairAnswer([], last_considered, more)
     wanted = _matching(scanned, store, beacons, requester, grace_ms, energy, now) if beacons else set()
+    wanted.update(lsn for lsn, diff in scanned if diff.origin != requester and isinstance(diff.payload, TombstonePayload))
     out: list[Diff] = []
     size = 0
     upto = since
@@ -161,18 +174,22 @@ def _matching(
     scanned: list[tuple[int, Diff]], store: DiffLog, beacons: list[IndexedBeacon], requester: str,
     grace_ms: int, energy: EnergyParams, now: int,
 ) -> set[int]:  # fmt: skip
-    """Log positions whose cell (or tombstoned cell) one of the beacons accepts."""
+    """Log positions whose cell one of the beacons accepts (or one of the cells it supersedes
+    that we hold). A forgotten cell is none of them."""
     cells: list[tuple[int, CellPayload]] = []
     for lsn, diff in scanned:
-        if diff.origin == requester:
-            continue
         p = diff.payload
-        if isinstance(p, TombstonePayload):
-            ref = store.cell(p.cell_id)
+        if diff.origin == requester or not isinstance(p, CellPayload) or store.forgotten(p.node_id, diff.origin):
+            continue
+        cells.append((lsn, p))
+        todo, seen = list(supersedes(p.metadata, p.node_id) or ()), {p.node_id}
+        while todo and len(seen) <= _CHAIN_CELLS:  # and down the chain of revisions, as routing goes
+            old_id = todo.pop(0)
+            ref = store.cell(old_id) if old_id not in seen else None
+            seen.add(old_id)
             if ref is not None and isinstance(ref.payload, CellPayload):
                 cells.append((lsn, ref.payload))
-        elif isinstance(p, CellPayload):
-            cells.append((lsn, p))
+                todo += supersedes(ref.payload.metadata, old_id) or ()
     wanted: set[int] = set()
     by_shape: dict[tuple[str, int], list[tuple[int, CellPayload]]] = {}
     for lsn, cell in cells:

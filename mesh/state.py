@@ -69,6 +69,7 @@ class Counters:
     prunes_sent: int = 0  # acks that asked their peer to announce to us instead
     diffs_announced: int = 0  # (origin, seq) announced, in IHAVE frames or riding on acks
     diffs_grafted: int = 0  # (origin, seq) asked for in GRAFT frames
+    supersedes_ignored: int = 0  # cells whose supersedes list broke the rule: routed as superseding nothing
     beacon_ids_reused: int = 0  # beacons whose id another member's beacon has (kept apart, by origin)
     drops: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by reason
 

@@ -33,6 +33,7 @@ from .events import (
     RemoveRemoteBeacon, SendFailed, SendFrame, SetTimer, Started, StoreRemoteCell, TimerFired,
 )  # fmt: skip
 from .identity import NodeIdentity, node_id_for
+from .lifecycle import statuses, supersedes
 from .memory import MemoryDiffLog
 from .team import AUTH_NONE, FRAME_VERSION, SENDER_TAG_BYTES, FrameAuth, Team, Unsealed
 from .diffs import id_bytes, id_hex
@@ -69,6 +70,12 @@ class Host:
     @property
     def node_id(self) -> str:
         return self.engine.node_id
+
+    def statuses(self) -> dict[str, str]:
+        """Each cell's status here, as a node keeps it (:func:`mesh.lifecycle.statuses`): the
+        supersede links of the cells it holds, applied whichever came first, and its tombstones."""
+        links = {cid: supersedes(e.cell.metadata, cid) or () for cid, e in self.cells.items()}
+        return statuses(links, self.tombstones)
 
     def record(self, effect: Effect) -> None:
         if isinstance(effect, StoreRemoteCell):

@@ -97,6 +97,10 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("--beacons-per-node", type=int, default=2)
     p.add_argument("--zipf", type=float, default=1.0, help="topic popularity skew")
     p.add_argument("--store-interval-ms", type=int, default=50)
+    p.add_argument("--supersede", type=float, default=0.0, metavar="SHARE",
+                   help="share of the stores that supersede an earlier cell of their origin (stale exposure)")
+    p.add_argument("--forget", type=float, default=0.0, metavar="SHARE",
+                   help="share of the cells their origin forgets, 2 s after storing them")
     p.add_argument("--drain-ms", type=int, help="virtual time after the last store (default: until no data frame for 2 s, "
                         "at most 10 s; 75 s with loss, partitions or churn)")
     p.add_argument("--warmup-max-ms", type=int, default=120_000,
@@ -144,7 +148,7 @@ def config_from(args: argparse.Namespace, **overrides: object) -> RunConfig:
         ttl=args.ttl, mesh=_mesh_overrides(args.mesh), warmup_max_ms=args.warmup_max_ms,
         energy=_mesh_overrides(args.energy), crypto=args.crypto, processes=getattr(args, "processes", 1),
         workload=args.workload, beacon_threshold=args.beacon_threshold, embed_cache=args.embed_cache,
-        admission=args.admission, team_peers=args.team_peers,
+        admission=args.admission, team_peers=args.team_peers, supersede=args.supersede, forget=args.forget,
     )  # fmt: skip
     values.update(overrides)
     return RunConfig(**values)  # type: ignore[arg-type]

@@ -36,6 +36,9 @@ class Recorder:
     control_messages: int = 0
     control_bytes: int = 0
     data_frames: int = 0
+    # mesh.lifecycle: when each node applied each cell's tombstone, and the tombstone diffs sent
+    tombstoned: dict[int, dict[int, int]] = dataclasses.field(default_factory=dict)  # cell -> node -> at
+    tombstones_sent: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # cell -> diffs
 
     def __post_init__(self) -> None:
         n = self.stores
@@ -56,6 +59,9 @@ class Recorder:
     def deliver(self, cell: int, node: int, at: int, hops: int) -> None:
         self.delivered[cell].setdefault(node, (at, hops))
 
+    def tombstone(self, cell: int, node: int, at: int) -> None:
+        self.tombstoned.setdefault(cell, {}).setdefault(node, at)
+
     def control(self, nbytes: int) -> None:
         self.control_messages += 1
         self.control_bytes += nbytes
@@ -68,6 +74,9 @@ class Recorder:
             self.data_bytes[i] += other.data_bytes[i]
             self.arrivals[i].update(other.arrivals[i])
         self.load.update(other.load)
+        for cell, nodes in other.tombstoned.items():
+            self.tombstoned.setdefault(cell, {}).update(nodes)
+        self.tombstones_sent.update(other.tombstones_sent)
         self.control_messages += other.control_messages
         self.control_bytes += other.control_bytes
         self.data_frames += other.data_frames

@@ -26,6 +26,7 @@ from node.config import DEFAULT_BEACON_THRESHOLD
 from node.energy import EnergyModel
 
 from .labelled import LabelledWorkload, TextEmbedder, build_labelled, default_cache_dir, parse_workload
+from .lifecycle import lifecycle_summary
 from .metrics import CELL_COLUMNS, summarise
 from .network import CRYPTO_SUITES, ChurnSpec, Latency, LinkModel, PartitionSpec, churn_schedule, departures
 from .semantic import Admit, admission_name, fresh, load_admission, rule_summary, semantic_summary
@@ -40,6 +41,7 @@ ALL_STRATEGIES = ("hyphae", "flood", "random_push", "oracle")
 _AT_LEAST = {"drain_ms": 0, "degree": 1, "fanout": 1, "ttl": 0, "warmup_max_ms": 0, "processes": 0}
 # What --mesh may override: the engine's settings, less those the harness sets per node.
 _MESH_SETTINGS = {f.name for f in dataclasses.fields(MeshConfig)} - {"team", "address", "view"}
+_REPAIR_INTERVAL_MS = next(f.default for f in dataclasses.fields(MeshConfig) if f.name == "repair_interval_ms")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +79,10 @@ class RunConfig:
     embed_cache: str | None = None  # where labelled vectors are kept between runs (None: the user's cache)
     admission: str | None = None  # MODULE:NAME of an admission stage (None: admit what routing delivered)
     team_peers: bool = False  # teammates' nodes are told of each other at boot (simulations.labelled)
+    # Synthetic only: shares of the stores that supersede an earlier cell, and of the cells forgotten
+    # (simulations.lifecycle: the stale exposure). 0 and 0: the summary is as before they existed.
+    supersede: float = 0.0
+    forget: float = 0.0
 
     def __post_init__(self) -> None:
         kind, _ = parse_workload(self.workload)
@@ -120,6 +126,7 @@ class RunConfig:
         return WorkloadSpec(
             nodes=self.nodes, stores=self.stores, dim=self.dim, topics=self.topics,
             beacons_per_node=self.beacons_per_node, zipf=self.zipf, store_interval_ms=self.store_interval_ms,
+            supersede_share=self.supersede, forget_share=self.forget,
         )  # fmt: skip
 
     @property
@@ -152,7 +159,13 @@ class RunConfig:
         else:  # a synthetic run's summary stays as it was before labelled workloads
             for name in ("workload", "beacon_threshold", "embed_cache", "admission", "team_peers"):
                 del out[name]
+        if not self.supersede and not self.forget:
+            del out["supersede"], out["forget"]
         return out
+
+    @property
+    def changes_knowledge(self) -> bool:
+        return bool(self.supersede or self.forget) and not self.labelled
 
     @property
     def labelled(self) -> bool:
@@ -210,6 +223,11 @@ def run(
             heal_ms=partition.heal if partition else None, skipped=skipped, gone=gone,
         )  # fmt: skip
         summary.update(outcome.extras)
+        if cfg.changes_knowledge and name == "hyphae":  # the yardsticks carry no supersede or forget
+            summary["lifecycle"] = lifecycle_summary(
+                outcome.recorder, workload, outcome.origin_ms, skipped=skipped, gone=gone,
+                whole_within_ms=int(dict(cfg.mesh).get("repair_interval_ms", _REPAIR_INTERVAL_MS)),
+            )  # fmt: skip
         if labelled is not None:
             delivered = outcome.recorder.delivered
             summary["semantic"] = semantic_summary(labelled, delivered, outcome.origin_ms, fresh(admit), skipped)

@@ -21,16 +21,16 @@ import itertools
 import random
 from typing import Any, Callable, Protocol
 
-from mesh.events import CellStored, Effect, FrameReceived, SendFrame, StoreRemoteCell
+from mesh.events import ApplyTombstone, CellForgotten, CellStored, Effect, FrameReceived, SendFrame, StoreRemoteCell
 from mesh.team import FRAME_OVERHEAD, Team
 from mesh.testing import START_MS, Host
-from mesh.wire import CellPayload, Envelope, MsgType, encode_envelope, sign_diff
+from mesh.wire import CellPayload, Envelope, MsgType, TombstonePayload, encode_envelope, sign_diff
 from node.energy import EnergyModel
 
 from .metrics import Recorder
 from .network import LinkModel, SimNetwork, address, index_of, max_latency_ms, min_latency_ms
 from .shards import Shard, Shards, open_shards
-from .workload import SimCell, Workload
+from .workload import TENANT, SimCell, Workload
 
 __all__ = [
     "Context", "Outcome", "Step", "Strategy", "Hyphae", "Flood", "RandomPush", "Oracle", "STRATEGIES", "sim_network",
@@ -250,6 +250,8 @@ class _HyphaeShard(Shard):
             if cell.index not in ctx.skipped:  # scheduled by every part alike (see SimNetwork.schedule)
                 at = origin_ms + cell.at_ms
                 net.schedule(at, address(cell.origin), CellStored(cell.payload(at, ctx.workload.spec.dim)))
+                if cell.forgotten_at_ms is not None:  # its origin forgets it (a node down then forgets nothing)
+                    net.schedule(origin_ms + cell.forgotten_at_ms, address(cell.origin), CellForgotten(cell.cell_id, TENANT))
 
     def result(self) -> dict[str, Any]:
         hosts = self.net.hosts.values()
@@ -269,11 +271,16 @@ class _HyphaeShard(Shard):
         net, rec = self.net, self.rec
         if isinstance(effect, StoreRemoteCell):
             rec.deliver(_cell_index(effect.cell.node_id), index_of(host.address), net.now, effect.hops)
+        elif isinstance(effect, ApplyTombstone):
+            rec.tombstone(_cell_index(effect.cell_id), index_of(host.address), net.now)
         elif isinstance(effect, SendFrame):
             if effect.data_bytes:
                 self.last_data_ms = net.now
                 payloads = [d.payload for d in effect.data_diffs]
                 cells = [_cell_index(p.node_id) for p in payloads if isinstance(p, CellPayload)]
+                for p in payloads:
+                    if isinstance(p, TombstonePayload):
+                        rec.tombstones_sent[_cell_index(p.cell_id)] += 1
                 rec.data_frames += 1
                 for cell in cells:
                     rec.sent(cell, index_of(host.address), len(effect.frame) // max(1, len(cells)))

@@ -39,16 +39,28 @@ class WorkloadSpec:
     type_filter_share: float = 0.2  # beacons restricted to 3 cell types
     min_salience_share: float = 0.2  # beacons with min_salience 0.5
     store_interval_ms: int = 50  # one store every this long, origins at random
+    # Knowledge that changes (mesh.lifecycle): this share of the stores supersede an earlier cell
+    # (its author revises it: same origin, same topic, a new vector), and this share of the cells
+    # are forgotten by their origin ``forget_after_ms`` after their store. 0: the workload as before.
+    supersede_share: float = 0.0
+    forget_share: float = 0.0
+    forget_after_ms: int = 2_000
 
     def __post_init__(self) -> None:
         for name, least in _AT_LEAST.items():
             value = getattr(self, name)
             if value < least:
                 raise ValueError(f"{name} must be at least {least}, not {value}")
+        for name in ("supersede_share", "forget_share"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} is a share in [0, 1], not {getattr(self, name)}")
 
 
 # The smallest value each count of a workload may take.
-_AT_LEAST = {"nodes": 2, "stores": 0, "dim": 2, "topics": 1, "beacons_per_node": 0, "store_interval_ms": 0}
+_AT_LEAST = {
+    "nodes": 2, "stores": 0, "dim": 2, "topics": 1, "beacons_per_node": 0, "store_interval_ms": 0,
+    "forget_after_ms": 0,
+}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,15 +80,19 @@ class SimCell:
     cell_type: str
     vector: np.ndarray
     interested: frozenset[int]
+    supersedes: tuple[int, ...] = ()  # the earlier cells (indexes) this one replaces
+    forgotten_at_ms: int | None = None  # store-phase time its origin forgets it (None: never)
 
     @property
     def cell_id(self) -> str:
         return f"cell-{self.index}"
 
     def payload(self, created_at: int, dim: int) -> CellPayload:
+        metadata = {"supersedes": [f"cell-{j}" for j in self.supersedes]} if self.supersedes else {}
         return CellPayload(
             self.cell_id, TENANT, agent(self.origin), f"synthetic cell {self.index} on topic {self.topic}",
-            self.cell_type, self.salience, created_at, embedding=self.vector, embedding_space=space(dim),
+            self.cell_type, self.salience, created_at, metadata=metadata, embedding=self.vector,
+            embedding_space=space(dim),
         )  # fmt: skip
 
 
@@ -148,6 +164,26 @@ class Workload:
             )  # fmt: skip
             for i in range(s.stores)
         ]
+        if s.supersede_share or s.forget_share:
+            self._change_knowledge(np.random.default_rng([seed, 0x5EED, 2]))
+
+    def _change_knowledge(self, rng: np.random.Generator) -> None:
+        """Turn a share of the stores into revisions of earlier cells, and forget a share of the
+        cells. A generator of its own: the cells' other draws are those of a run without it."""
+        s = self.spec
+        for i in range(1, len(self.cells)):
+            if rng.random() >= s.supersede_share:
+                continue
+            old = self.cells[int(rng.integers(0, i))]
+            c = self.cells[i]
+            vector = _near(self.centres[old.topic][None, :], rng.uniform(*s.cell_cos, 1), rng)[0]
+            self.cells[i] = dataclasses.replace(
+                c, origin=old.origin, topic=old.topic, vector=vector, supersedes=(old.index,),
+                interested=self._interested(old.origin, vector, c.salience, c.cell_type),
+            )  # fmt: skip
+        for i, c in enumerate(self.cells):
+            if rng.random() < s.forget_share:
+                self.cells[i] = dataclasses.replace(c, forgotten_at_ms=c.at_ms + s.forget_after_ms)
 
     def _interested(self, origin: int, vector: np.ndarray, salience: float, cell_type: str) -> frozenset[int]:
         if not self.beacons:
@@ -187,7 +223,9 @@ class Workload:
 
     @cached_property
     def store_phase_ms(self) -> int:
-        return self.cells[-1].at_ms if self.cells else 0
+        """The last store's time, or the last forget's, if later (the drain comes after both)."""
+        last = [c.at_ms for c in self.cells[-1:]] + [c.forgotten_at_ms for c in self.cells if c.forgotten_at_ms]
+        return max(last, default=0)
 
     def e0(self, cell: SimCell) -> float:
         return self.energy.initial(cell.salience, cell.cell_type)

@@ -10,6 +10,10 @@ newer one deletes the rows it supersedes, so restarts and re-announced beacons d
 grow the log. Members' keys (verified by the engine before it hands them over) keep
 one row per origin.
 
+Tombstones held are known in memory too, by (cell id, origin), loaded at open: a cell that
+arrives after its tombstone is asked about on the hot path, and must stay forgotten after its
+own row's body is erased.
+
 Every row read back is decoded by today's rules: one an older version logged and they now
 refuse goes to the quarantine (:mod:`node.store.quarantine`), is skipped, and still counts
 as held.
@@ -40,6 +44,10 @@ class SqliteDiffLog:
             self._held.add((origin, seq))
             if seq > self._max_seq.get(origin, 0):
                 self._max_seq[origin] = seq
+        self._forgotten: set[tuple[str, str]] = {
+            (cell_id, origin) for cell_id, origin in db.query(
+                "SELECT cell_id, origin FROM mesh_log WHERE kind = ?", (int(DiffKind.TOMBSTONE),))
+        }  # fmt: skip
         self._pending_cells: dict[str, Diff] = {}
         self._rows: list[tuple[tuple, Diff]] = []  # put, not yet taken by a write job
         self._rows_lock = threading.Lock()
@@ -66,6 +74,8 @@ class SqliteDiffLog:
             self._pending_cells[cell_id] = diff
         elif diff.kind in DATA_KINDS:
             cell_id = getattr(diff.payload, "cell_id", None)
+            if diff.kind is DiffKind.TOMBSTONE:
+                self._forgotten.add((cell_id, diff.origin))
         else:  # a control diff: its key, so the entries it supersedes can go
             kind, name = control_key(diff)
             cell_id = f"~{kind}:{name}"
@@ -126,6 +136,9 @@ class SqliteDiffLog:
             (cell_id, int(DiffKind.CELL)),
         )
         return self._decode(*row) if row else None
+
+    def forgotten(self, cell_id: str, origin: str) -> bool:
+        return (cell_id, origin) in self._forgotten
 
     def control_diffs(self) -> list[Diff]:
         """Every control diff in the log, in log order (read once, when the engine starts)."""

@@ -203,3 +203,14 @@ def test_keys_are_the_newest_per_origin(subject):
     assert all(type(key) is bytes and type(proof) is bytes for _, key, proof in log.keys())
     if subject.reopen is not None:
         assert sorted(subject.reopen().keys()) == sorted(log.keys())
+
+
+def test_a_tombstone_is_known_by_cell_and_signer_at_once_and_after_reopening(subject):
+    log = subject.log
+    assert not log.forgotten("c1", ALICE.node_id)
+    log.put(signed(TombstonePayload("c1", "t", 1000, ALICE.node_id, 7), seq=1), 1000)  # before its cell
+    assert log.forgotten("c1", ALICE.node_id) and not log.forgotten("c1", BOB.node_id)
+    assert not log.forgotten("c2", ALICE.node_id)
+    subject.settle()
+    if subject.reopen is not None:
+        assert subject.reopen().forgotten("c1", ALICE.node_id)

@@ -4,7 +4,7 @@
 rules is pinned here on a small hand-made log: where a reply cut short resumes, what the
 byte budget lets through, what is still settling, what the requester holds or sent itself,
 which beacons count (space and size, filters, expiry, the placement grace), and that a
-tombstone travels on its cell's interest. The stories over the virtual network are in
+tombstone goes to every requester (its cell's vector may be gone) and a forgotten cell to none. The stories over the virtual network are in
 ``test_engine.py`` and ``test_reconnect.py``; one here: a forget done while a holder was away.
 """
 
@@ -119,14 +119,26 @@ def test_the_requesters_own_diffs_are_never_sent_back():
     assert (ids(reply), reply.upto) == (["another's"], 2)
 
 
-def test_a_tombstone_travels_on_its_cells_interest():
+def test_a_tombstone_goes_to_every_requester_and_its_cell_to_none():
     log = Log()
     (held,) = log.cells(1)
     log.add(TombstonePayload("c0", "t", NOW - 15_000, ORIGIN.node_id, held.seq))
-    log.add(TombstonePayload("never-held", "t", NOW - 15_000, ORIGIN.node_id, 99))  # no cell: no interest known
-    reply = answer(log, haves=HaveSet.of({(ORIGIN.node_id, 1)}))
-    assert [type(d.payload).__name__ for d in reply.diffs] == ["TombstonePayload"]
-    assert (reply.diffs[0].payload.cell_id, reply.upto) == ("c0", 3)
+    log.add(TombstonePayload("never-held", "t", NOW - 15_000, ORIGIN.node_id, 99))  # no cell, no vector to match
+    reply = answer(log)
+    assert [d.payload.cell_id for d in reply.diffs] == ["c0", "never-held"]  # the forgotten cell is not sent
+    assert reply.upto == 3
+    nobody_interested = answer(log, beacons=[])  # a requester with no beacon may still hold the cell
+    assert [d.payload.cell_id for d in nobody_interested.diffs] == ["c0", "never-held"]
+    assert answer(log, requester=ORIGIN.node_id).diffs == []  # its own tombstones are not sent back
+
+
+def test_a_superseding_cell_goes_to_whoever_wanted_the_cell_it_replaces():
+    log = Log()
+    log.add(cell(TOPIC, cid="old", at=NOW - 20_000))
+    elsewhere = cell(unit(99), cid="new", at=NOW - 20_000)
+    log.add(type(elsewhere)(**{**_fields(elsewhere), "metadata": {"supersedes": ["old"]}}))
+    log.add(cell(unit(98), cid="unrelated", at=NOW - 20_000))
+    assert ids(answer(log, haves=HaveSet.of({(ORIGIN.node_id, 1)}))) == ["new"]
 
 
 def test_only_beacons_of_the_cells_space_and_size_count():
