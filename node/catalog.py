@@ -92,11 +92,12 @@ class CellCatalog:
             if rowid < len(self._alive):
                 self._alive[rowid] = False
 
-    def supersede(self, rowid: int) -> None:
-        """A cell replaced by another (node.lifecycle): searches leave it out unless asked."""
+    def supersede(self, rowid: int, current: bool = False) -> None:
+        """A cell replaced by another (node.lifecycle): searches leave it out unless asked;
+        ``current``: its successor was forgotten, and it is current again."""
         with self._lock:
             self._grow(rowid)
-            self._superseded[rowid] = True
+            self._superseded[rowid] = not current
 
     def supersede_many(self, rowids: list[int]) -> None:
         if rowids:

@@ -146,6 +146,7 @@ class InboundPort:
                 return False
             rowid = row[0]
             cells.erase(tx, rowid, forgotten_at)
+            self._writes.lifecycle.forgotten(tx, node_id, forgotten_at)  # what it replaced is current again
             tx.after_commit(lambda: self._layers.remove(rowid))
             return True
 

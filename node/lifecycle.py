@@ -13,7 +13,9 @@ replace a cell of its own tenant that its own author stored, or one in the same 
 itself (the tenant-wide cells, with no project, count as one project); never another
 tenant's. The link is kept whichever cell arrives first and applied when both are here. When
 several cells replace one, its successor is the one with the greatest id (ids are time-
-ordered), so every node names the same successor whatever the order. Every agent whose inbox
+ordered), so every node names the same successor whatever the order; a successor that is
+forgotten takes its links with it (the cell it replaced falls back to another successor, or
+is current again), because a node that got the tombstone first never learnt the link. Every agent whose inbox
 received the replaced cell gets the successor as news (``kind: supersedes``).
 
 **Possible conflicts.** A Decision or Constraint that is very close in meaning (cosine at
@@ -35,9 +37,13 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
+
+from mesh import lifecycle as mesh_lifecycle
+from mesh.errors import CellRuleError
+from mesh.lifecycle import MAX_SUPERSEDES, SUPERSEDES_KEY
 
 from .cells import Cell, check_uuid
 from .errors import InvalidArgument
@@ -51,46 +57,32 @@ __all__ = [
 
 log = logging.getLogger("hyphae.lifecycle")
 
-MAX_SUPERSEDES = 16
 RULINGS = ("Decision", "Constraint")  # the cell types a possible conflict is looked for between
 _LINE_SUFFIX = re.compile(r":\d+(-\d+)?$")  # path:12 or path:12-40
 
 
 def check_supersedes(metadata: dict[str, Any]) -> tuple[str, ...]:
-    """The ids a stored cell's ``metadata.supersedes`` names, checked (local input)."""
-    value = metadata.get("supersedes")
-    if value is None:
+    """The ids a stored cell's ``metadata.supersedes`` names, checked (local input): the mesh's
+    rule for the list (:mod:`mesh.lifecycle`), and each entry a UUID, as the node's ids are."""
+    if metadata.get(SUPERSEDES_KEY) is None:
         return ()
-    field = "metadata.supersedes"
-    if not isinstance(value, list) or not value:
-        raise InvalidArgument(f"'{field}' must be a non-empty list of cell ids (node_id UUIDs)", field=field)
-    if len(value) > MAX_SUPERSEDES:
-        raise InvalidArgument(f"'{field}' names {len(value)} cells; the limit is {MAX_SUPERSEDES}", field=field)
-    return tuple(dict.fromkeys(check_uuid(item, field) for item in value))
-
-
-def supersedes_of(metadata: dict[str, Any]) -> tuple[str, ...]:
-    """The ids a cell from elsewhere names as replaced; a malformed list names none (the
-    cell itself is still a good cell: what it says of others is simply not taken)."""
+    field = f"metadata.{SUPERSEDES_KEY}"
     try:
-        return check_supersedes(metadata)
-    except InvalidArgument:
-        return ()
+        ids = mesh_lifecycle.check_supersedes(metadata[SUPERSEDES_KEY])
+    except CellRuleError as exc:
+        raise InvalidArgument(exc.message, field=field) from None
+    if not ids:
+        raise InvalidArgument(f"'{field}' must name at least one cell (node_id UUIDs)", field=field)
+    return tuple(dict.fromkeys(check_uuid(item, field) for item in ids))
 
 
-class _Replacing(NamedTuple):
-    """The replacing side of a link, from a cell being written or a row held."""
-
-    rowid: int
-    node_id: str
-    tenant_id: str
-    source_agent: str
-    origin_node: str
-    project: str | None
-    forgotten_at: int | None
+def supersedes_of(metadata: dict[str, Any], cell_id: str = "") -> tuple[str, ...]:
+    """The ids a cell names as replaced, by the mesh's rule; a list that breaks it names none
+    (the cell itself is still a good cell: what it says of others is simply not taken)."""
+    return mesh_lifecycle.supersedes(metadata, cell_id) or ()
 
 
-def supersede_refusal(new: _Replacing | CellFacts, old: CellFacts) -> str | None:
+def supersede_refusal(new: CellFacts, old: CellFacts) -> str | None:
     """Why ``new`` may not replace ``old`` (None: it may). See the module docstring."""
     if old.tenant_id != new.tenant_id:
         return "a cell may only supersede cells of its own tenant"
@@ -118,49 +110,64 @@ class Lifecycle:
 
     def __init__(
         self, store: LifecycleStore, *, conflict_cos: float, next_received: Callable[[], int],
-        superseded: Callable[[int], None],
+        superseded: Callable[[int, bool], None],
     ) -> None:  # fmt: skip
         self.store = store
         self.conflict_cos = conflict_cos
         self._next_received = next_received  # an inbox time after every earlier one
-        self._superseded = superseded  # after commit: the catalogue stops returning a rowid
+        self._superseded = superseded  # after commit: the catalogue's filter, (rowid, current again?)
         self.refused = 0  # supersede links the rule refused (counted; the cells themselves stand)
 
     def after_write(self, tx: Transaction, cell: Cell, rowid: int, now: int) -> None:
         """A live cell was just written as ``rowid``: apply the links it makes and the ones
         waiting for it, then look for a possible conflict."""
-        this = _Replacing(
-            rowid, cell.node_id, cell.tenant_id, cell.source_agent, cell.origin_node, cell.project, None
-        )
-        replaced = supersedes_of(cell.metadata)
+        replaced = supersedes_of(cell.metadata, cell.node_id)
         for old_id in replaced:
             self.store.link(tx, old_id, cell.node_id)
-            old = self.store.facts(tx, old_id)
-            if old is not None:
-                self._supersede(tx, this, old, now)
-        successors = self.store.successors(tx, cell.node_id)
-        if successors:
-            old = self.store.facts(tx, cell.node_id)
-            for new_id in successors:
-                new = self.store.facts(tx, new_id)
-                if new is not None and old is not None:
-                    self._supersede(tx, new, old, now)
-                    old = self.store.facts(tx, cell.node_id)
+            if cell.node_id in self._settle(tx, old_id, now):
+                self.refused += 1
+        if self.store.successors(tx, cell.node_id):
+            self.refused += len(self._settle(tx, cell.node_id, now))
         if cell.cell_type in RULINGS and cell.layer != "L2" and self.conflict_cos <= 1.0:
             self._look_for_conflicts(tx, cell, rowid, set(replaced), now)
 
-    def _supersede(self, tx: Transaction, new: _Replacing | CellFacts, old: CellFacts, now: int) -> None:
-        refusal = supersede_refusal(new, old)
-        if refusal is not None:
-            self.refused += 1
-            log.info("supersede link %s -> %s not applied: %s", old.node_id, new.node_id, refusal)
-            return
-        if old.superseded_by is not None and old.superseded_by >= new.node_id:
-            return  # already replaced by this cell, or by a later one
-        self.store.mark_superseded(tx, old.rowid, new.node_id, now)
-        tx.after_commit(lambda rowid=old.rowid: self._superseded(rowid))
-        if new.forgotten_at is not None:
-            return
+    def forgotten(self, tx: Transaction, node_id: str, now: int) -> None:
+        """A cell was forgotten (here, or by a tombstone): the cells it replaced fall back to
+        their other successors, or are current again. A node that got the tombstone before the
+        cell never learnt the link; for every order to end alike, the link dies with the cell."""
+        for old_id in self.store.replaced_by(tx, node_id):
+            self._settle(tx, old_id, now)
+
+    def _settle(self, tx: Transaction, old_id: str, now: int) -> set[str]:
+        """Give a held cell the successor its links name now: the greatest id among the live
+        cells held here that replace it by the rule, or none. Returns the ids the rule refused."""
+        old = self.store.facts(tx, old_id)
+        if old is None:
+            return set()
+        refused: set[str] = set()
+        live: list[CellFacts] = []
+        for new_id in self.store.successors(tx, old_id):
+            new = self.store.facts(tx, new_id)
+            if new is None or new.forgotten_at is not None:
+                continue
+            refusal = supersede_refusal(new, old)
+            if refusal is not None:
+                refused.add(new_id)
+                log.info("supersede link %s -> %s not applied: %s", old_id, new_id, refusal)
+                continue
+            live.append(new)
+        successor = max(live, key=lambda c: c.node_id) if live else None
+        successor_id = successor.node_id if successor is not None else None
+        if successor_id == old.superseded_by:
+            return refused
+        self.store.mark_superseded(tx, old.rowid, successor_id, now if successor_id else None)
+        tx.after_commit(lambda rowid=old.rowid, current=successor_id is None: self._superseded(rowid, current))
+        if successor is not None and old.forgotten_at is None:
+            self._tell_receivers(tx, old, successor)
+        return refused
+
+    def _tell_receivers(self, tx: Transaction, old: CellFacts, new: CellFacts) -> None:
+        """Every agent whose inbox received ``old`` gets its successor as news."""
         for agent_id, beacon_id, similarity, score, hops in self.store.receivers(tx, old.rowid):
             if agent_id == new.source_agent:
                 continue  # its own author knows

@@ -513,6 +513,7 @@ class MemoryService:
             if forgotten_at is not None:
                 return forgotten_at
             cells.erase(tx, rowid, now, principal.agent_id)
+            self.writes.lifecycle.forgotten(tx, node_id, now)  # what it replaced is current again
             tx.after_commit(lambda: self.layers.remove(rowid))
             return now
 

@@ -66,7 +66,7 @@ class LifecycleStore:
     def replaced_by(self, tx: Transaction, new_id: str) -> list[str]:
         return [r[0] for r in tx.execute("SELECT old_id FROM supersessions WHERE new_id = ?", (new_id,))]
 
-    def mark_superseded(self, tx: Transaction, rowid: int, successor: str, at: int) -> None:
+    def mark_superseded(self, tx: Transaction, rowid: int, successor: str | None, at: int | None) -> None:
         tx.execute("UPDATE cells SET superseded_by = ?, superseded_at = ? WHERE rowid = ?", (successor, at, rowid))
 
     def superseded_rowids(self) -> list[int]:

@@ -304,3 +304,21 @@ async def test_an_export_round_trips_supersede_links_and_stale_marks(service, ma
         source.write_text("POOL_SIZE = 20\n")  # the hash came along: the file as it was is fresh again
         with trio.fail_after(10):
             assert (await copy.validate_sources())["checked"] == 0  # stored by another node: not this one's files
+
+
+async def test_a_forgotten_successor_takes_its_link_with_it(service, make_agent):
+    """The mesh's rule (mesh.lifecycle.statuses): a node that got the tombstone before the
+    successor never learns the link, so one that did lets it go, and both end alike."""
+    author, _ = await make_agent()
+    d1 = await store(service, author, TOPIC, "Decision")
+    d2 = await store(service, author, TOPIC + " is 40", "Decision", metadata={"supersedes": [d1]})
+    d3 = await store(service, author, TOPIC + " is 60", "Decision", metadata={"supersedes": [d1]})
+    assert (await cell(service, author, d1))["superseded_by"] == max(d2, d3)
+    with trio.fail_after(10):
+        await service.forget(author, node_id=max(d2, d3))
+    assert (await cell(service, author, d1))["superseded_by"] == min(d2, d3)
+    with trio.fail_after(10):
+        await service.forget(author, node_id=min(d2, d3))
+    current = await cell(service, author, d1)
+    assert (current["status"], current["superseded_by"]) == ("active", None)
+    assert d1 in await recalled(service, author, TOPIC)
