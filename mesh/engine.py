@@ -284,6 +284,7 @@ class MeshEngine:
             return  # stale or early: the current deadline is later
         if event.name == _GOSSIP:
             self._overlay.gossip_round()
+            self._guard.tick()
             self._timers[_GOSSIP] = now + self.state.jitter(self.config.gossip_interval_ms)
         elif event.name == _LIVENESS:
             self._liveness.round()

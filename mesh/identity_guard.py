@@ -35,10 +35,12 @@ takes the key to make) stops a node; a frame header names a sender without provi
 an ``own_frame`` is reported and answered, never obeyed.
 
 A node that sees its id in use tells the other user directly: it sends its own signed
-``peer`` record to the address it was heard from (at most once per interval per address),
-which is signed evidence at the other end. A node whose log says it last listened at
-another address sends its record there once at a start: a copy of its data dir still
-running there is told at once.
+``peer`` record to the address it was heard from (at most once per :data:`TELL_INTERVAL_MS`
+per address), which is signed evidence at the other end. A node whose log says it last
+listened at another address sends its record there at a start, and again every
+:data:`TELL_INTERVAL_MS` of its grace until it stops: a copy of its data dir still running
+there is told at once, and a frame lost on the way (a loaded machine, a busy link) is not
+the end of it, since each of ours that arrives has the other send its record back.
 """
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ from .events import (
 from .incarnation import after_incarnation_of, first_seq
 from .wire import Envelope, MsgType
 
-__all__ = ["IdentityGuard", "REPORT_INTERVAL_MS"]
+__all__ = ["IdentityGuard", "REPORT_INTERVAL_MS", "TELL_INTERVAL_MS"]
 
-REPORT_INTERVAL_MS = 60_000  # a conflict still seen is reported again, and the other told again, this often
+REPORT_INTERVAL_MS = 60_000  # a conflict still seen is reported again this often
+TELL_INTERVAL_MS = 5_000  # our record sent again to one address at most this often (one frame: cheap, bounded)
 _MAX_RECORDS = 64  # conflicts kept apart by address; beyond, one record per (id, evidence)
 _MAX_TOLD = 16  # addresses sent our record per interval (a forged frame names any address it likes)
 _REFUSED = (FrameReceived, CellStored, CellForgotten, BeaconPlaced, BeaconRemoved, SceneChanged)
@@ -75,6 +78,7 @@ class IdentityGuard:
         self.stopped = False  # we are the newcomer of a conflict over our own id
         self.conflicts: dict[tuple[str, str, str], dict[str, Any]] = {}  # (node_id, evidence, address) -> record
         self._told: dict[str, int] = {}  # address -> when we last sent it our record
+        self._recorded: str | None = None  # where our log says we last listened, if not here
         self._republished_at: int | None = None
         self._addresses: dict[str, list[Any]] = {}  # peer id -> [address, previous address, when it changed]
 
@@ -124,7 +128,19 @@ class IdentityGuard:
         """At a start: our log says we last listened at ``recorded_address``; if that is not
         where we listen now, tell whoever is there (a copy of our data dir?) who we are."""
         if recorded_address and recorded_address != self.state.config.address:
+            self._recorded = recorded_address
             self._tell(recorded_address)
+
+    def tick(self) -> None:
+        """Every gossip round: within our grace, tell the address we last listened at again
+        (a copy of our data dir there answers with its record, which stops us)."""
+        state = self.state
+        if self._recorded is None or self.stopped or state.started_at is None:
+            return
+        if state.now - state.started_at > state.config.identity_grace_ms:
+            self._recorded = None  # past the grace nothing we could hear would stop us
+            return
+        self._tell(self._recorded)
 
     def refuse(self, event: Any) -> None:
         """Stopped: an event refused (frames not taken, our changes not published), counted."""
@@ -199,7 +215,7 @@ class IdentityGuard:
         state, now = self.state, self.state.now
         if not address or address == state.config.address:
             return
-        for stale in [a for a, at in self._told.items() if now - at >= REPORT_INTERVAL_MS]:
+        for stale in [a for a, at in self._told.items() if now - at >= TELL_INTERVAL_MS]:
             del self._told[stale]
         if address in self._told or len(self._told) >= _MAX_TOLD:
             return

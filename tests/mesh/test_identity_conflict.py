@@ -16,6 +16,7 @@ import random
 from mesh.engine import MeshEngine
 from mesh.events import BeaconPlaced, CellStored, PeerDiscovered
 from mesh.memory import MemoryDiffLog
+from mesh.testing import LinkConditions
 
 from .test_engine import ENERGY, Mesh, beacon, cell, near, unit
 
@@ -112,3 +113,25 @@ def test_a_forked_seq_is_a_counted_fork_drop_and_reported_never_taken_silently()
         assert (one.node_id in got) != (other.node_id in got), name  # the first copy, never both
     for address in ("alice", "alice-copy"):  # they found each other too; started together, both stop
         assert identity(mesh[address].engine)["stopped"], address
+
+
+def test_the_newcomer_stops_even_when_the_first_answers_are_lost():
+    """Under load a frame is lost: the copy tells the address it last listened at again, every
+    few seconds of its grace, and each time it is heard the original answers with its record."""
+    mesh = Mesh("alice", "bob")
+    mesh.settle()
+    mesh.run(60_000)
+    alice = mesh["alice"].engine
+    copied = twin(alice, "alice-copy", copy.deepcopy(alice.store))
+    mesh.net.add(copied)
+    lost = LinkConditions(loss=1.0)
+    for link in (("alice", "alice-copy"), ("alice-copy", "alice")):
+        mesh.net.links[link] = lost  # the first tellings, both ways: lost
+    mesh.net.partition(["alice", "bob"], ["alice-copy"])  # and no word through bob at all
+    mesh.net.start("alice-copy")
+    mesh.net.run_until(mesh.net.now + 6_000)
+    assert not identity(copied)["stopped"]
+    mesh.net.links.clear()  # the direct link recovers, well within the copy's 30 s grace
+    mesh.net.partition(["alice", "alice-copy"], ["bob"])
+    assert mesh.net.run_until(mesh.net.now + 15_000, lambda: identity(copied)["stopped"]), identity(copied)
+    assert not identity(alice)["stopped"]
