@@ -39,6 +39,7 @@ from node.service import MemoryService
 from node.teams import TEAM_FILE, load_team
 from node.version import package_version
 from web.asgi import DRAIN_LIMIT, drain_unread_bodies
+from web.hosts import HostCheck, guard_hosts
 from web.origins import is_loopback_host
 from web.server import HttpLimits, serve_asgi, server_choice
 
@@ -156,7 +157,12 @@ async def run_daemon(
             }
             shutdown = trio.Event()
             dispatcher = _dispatcher(service)
-            app = _build_app(service, admin_token, shutdown, dispatcher)
+            try:
+                hosts = HostCheck(bound_host, bound_port, config.allowed_hosts)
+            except ValueError as exc:
+                sock.close()
+                raise ConfigError(f"{home / 'config.toml'}: [api] allowed_hosts: {exc}") from None
+            app = guard_hosts(_build_app(service, admin_token, shutdown, dispatcher), hosts)
             local_sock = bind_local_socket(home / SOCKET_NAME)
             if local_sock is not None:
                 info["mcp_socket"] = str(home / SOCKET_NAME)

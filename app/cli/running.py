@@ -53,7 +53,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         who = client.call("GET", "/v1/whoami")  # the key is resolved once, before anything is served
     finally:
         client.close()
-    print(f"hyphae mcp: serving agent {who['name']!r} through {info['api_url']}", file=sys.stderr)
+    # Say how calls travel: over the data dir's local socket when the daemon has one, else its HTTP port.
+    via = "relaying over the local socket" if info.get("mcp_socket") else f"relaying over HTTP to {info['api_url']}/mcp"
+    print(f"hyphae mcp: serving agent {who['name']!r}, {via}", file=sys.stderr)
 
     async def serve() -> None:
         if info.get("mcp_socket"):  # same machine: the daemon's Unix socket, no HTTP per call
