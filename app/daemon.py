@@ -61,7 +61,8 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, option: str = "--api") -> socket.socket:
+    """A listening socket; a port in use says which ``hyphae up`` option picks another."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -69,7 +70,12 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise Unavailable(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        hint = ""
+        if exc.errno == errno.EADDRINUSE:
+            url_host = f"[{host}]" if ":" in host else host
+            hint = (f"; another program uses port {port}: pick another with `hyphae up {option} {url_host}:PORT` "
+                    f"(or {option.strip('-')}'s `listen` in config.toml)")  # fmt: skip
+        raise Unavailable(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
@@ -182,7 +188,7 @@ async def run_daemon(
                     await nursery.start(serve_local_socket, local_sock, dispatcher, service.authenticate)
                 if team is not None:
                     mesh_host, mesh_port = parse_listen(mesh or config.mesh_listen)
-                    mesh_sock = _bind(mesh_host, mesh_port)
+                    mesh_sock = _bind(mesh_host, mesh_port, "--mesh")
                     started = await nursery.start(
                         functools.partial(
                             run_mesh,
