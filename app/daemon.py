@@ -205,6 +205,9 @@ async def run_daemon(
                     announce("Mesh: off (this node is in no team; see `hyphae team create|join`)")
                 write_private(daemon_file, json.dumps(info))
                 announce(f"Hyphae node {service.node_id} serving {api_url} (MCP: {api_url}/mcp) from {home}")
+                if not is_loopback_host(bound_host) and not config.allowed_hosts:
+                    announce("API: only loopback names and the listen address are answered (DNS-rebinding guard); "
+                             "list the names remote clients use in [api] allowed_hosts")  # fmt: skip
                 task_status.started(info)
                 await served.wait()  # the server returns once shutdown was asked for and requests drained
                 nursery.cancel_scope.cancel()

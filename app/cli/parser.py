@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="shut a node out of the team (repeatable; ids from `hyphae peers`)")  # fmt: skip
 
     connect = command("connect", cmd_connect, "print (or --write) the MCP set-up for an editor or agent host", json=False)
-    connect.add_argument("host", choices=HOST_NAMES, help="the MCP host: " + ", ".join(HOST_NAMES))
+    connect.add_argument("host", choices=HOST_NAMES, metavar="HOST", help="the MCP host: " + ", ".join(HOST_NAMES))
     connect.add_argument("--http", action="store_true", help="connect over HTTP to the running daemon instead of stdio")
     connect.add_argument("--key", help="the agent's API key for a user-level file (default: a placeholder)")
     connect.add_argument("--project", type=Path, metavar="DIR",

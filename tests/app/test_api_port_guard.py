@@ -3,9 +3,12 @@ Host check on every route (DNS rebinding), with ``[api] allowed_hosts`` to widen
 
 from __future__ import annotations
 
-import httpx
+import subprocess
 
-from tests.e2e.conftest import add_agent, make_home, start_daemon
+import httpx
+import pytest
+
+from tests.e2e.conftest import HYPHAE, add_agent, make_home, start_daemon
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}  # fmt: skip
@@ -45,3 +48,21 @@ def test_bearer_keys_challenges_and_the_host_check(tmp_path):
             assert http.get("/healthz", headers={"host": "localhost:1"}).status_code == 421
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ('allowed_hosts = "hyphae.internal"', "must be a list"),
+        ("allowed_hosts = [7777]", "must be a list"),
+        ('allowed_hosts = ["host:port"]', "not a host name or host:port: 'host:port'"),
+    ],
+)
+def test_a_bad_allowed_hosts_entry_stops_the_start_with_a_clear_error(tmp_path, line, says):
+    home = make_home(tmp_path / "node")
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace("[api]\n", f"[api]\n{line}\n", 1))
+    result = subprocess.run([*HYPHAE, "--home", str(home), "up"], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 3, result.stderr
+    assert "[api] allowed_hosts" in result.stderr and says in result.stderr, result.stderr
+    assert not (home / "daemon.json").exists()
