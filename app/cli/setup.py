@@ -66,7 +66,7 @@ def cmd_agent_revoke(args: argparse.Namespace) -> int:
 def cmd_connect(args: argparse.Namespace) -> int:
     """The host's MCP set-up on stdout alone (a shell line for Claude Code, else the config file's
     JSON or TOML), advice on stderr; ``--write`` merges it into the host's config file."""
-    from ..connect import ConnectError, claude_code_line, plan
+    from ..connect import KEY_PLACEHOLDER, ConnectError, claude_code_line, plan
     from ..host_files import write_target
 
     url = _mcp_url(args)
@@ -79,6 +79,10 @@ def cmd_connect(args: argparse.Namespace) -> int:
                       project=args.project, file=args.file)  # fmt: skip
     except ConnectError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    if args.write and KEY_PLACEHOLDER in target.render():
+        raise CliError(f"--write needs the agent's key for {target.path}: add --key KEY "
+                       "(from `hyphae agent add NAME`), or --project DIR for a file that names the variable instead",
+                       EXIT_USAGE)  # fmt: skip
     if args.key and (args.project is not None or args.host == "vscode" or (args.host == "codex" and args.http)):
         print("# --key is not written here: this file names the variable instead (see below)", file=sys.stderr)
     for line in target.advice:

@@ -199,3 +199,11 @@ def test_codex_write_replaces_an_older_hyphae_table_and_its_subtables(monkeypatc
     assert servers["other"] == {"command": "x"}
     assert servers["hyphae"]["env"]["HYPHAE_API_KEY"] == KEY and servers["hyphae"]["command"] != "old-hyphae"
     assert "old-hyphae" not in target.read_text()
+
+
+def test_write_without_a_key_refuses_rather_than_write_a_placeholder(monkeypatch, capsys, home):
+    code, out, err = connect(monkeypatch, capsys, home, "cursor", "--write")
+    assert code == 2 and "--key" in err and out == ""
+    assert not HOSTS["cursor"].user_file().exists()
+    code, _, err = connect(monkeypatch, capsys, home, "vscode", "--write")  # VS Code prompts for it: no key needed
+    assert code == 0, err
