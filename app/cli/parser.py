@@ -30,10 +30,11 @@ quick start (one machine):
   export HYPHAE_API_KEY=$(hyphae agent add alice | tail -1)
   hyphae store "Use pgvector for the V1 storage backend." --type Decision
   hyphae recall "which database do we use for storage"
-  hyphae connect claude-code          # the MCP set-up for your editor
+  hyphae connect claude-code          # the MCP set-up for your editor (any host: connect --help)
 
 a team: `hyphae team create` on one machine, `hyphae team join TOKEN` on the others,
-then `hyphae up` everywhere. `hyphae doctor` says what is wrong and how to fix it.
+then `hyphae up` everywhere (`hyphae stop` ends it). `hyphae doctor` says what is wrong
+and how to fix it.
 
 exit codes:
   0 done   1 the operation failed   2 bad usage   3 no usable data dir or config
