@@ -39,6 +39,7 @@ from node.service import MemoryService
 from node.teams import TEAM_FILE, load_team
 from node.version import package_version
 from web.asgi import DRAIN_LIMIT, drain_unread_bodies
+from web.hosts import HostCheck, guard_hosts
 from web.origins import is_loopback_host
 from web.server import HttpLimits, serve_asgi, server_choice
 
@@ -60,7 +61,8 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, option: str = "--api") -> socket.socket:
+    """A listening socket; a port in use says which ``hyphae up`` option picks another."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -68,7 +70,12 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise Unavailable(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        hint = ""
+        if exc.errno == errno.EADDRINUSE:
+            url_host = f"[{host}]" if ":" in host else host
+            hint = (f"; another program uses port {port}: pick another with `hyphae up {option} {url_host}:PORT` "
+                    f"(or {option.strip('-')}'s `listen` in config.toml)")  # fmt: skip
+        raise Unavailable(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
@@ -156,7 +163,12 @@ async def run_daemon(
             }
             shutdown = trio.Event()
             dispatcher = _dispatcher(service)
-            app = _build_app(service, admin_token, shutdown, dispatcher)
+            try:
+                hosts = HostCheck(bound_host, bound_port, config.allowed_hosts)
+            except ValueError as exc:
+                sock.close()
+                raise ConfigError(f"{home / 'config.toml'}: [api] allowed_hosts: {exc}") from None
+            app = guard_hosts(_build_app(service, admin_token, shutdown, dispatcher), hosts)
             local_sock = bind_local_socket(home / SOCKET_NAME)
             if local_sock is not None:
                 info["mcp_socket"] = str(home / SOCKET_NAME)
@@ -176,7 +188,7 @@ async def run_daemon(
                     await nursery.start(serve_local_socket, local_sock, dispatcher, service.authenticate)
                 if team is not None:
                     mesh_host, mesh_port = parse_listen(mesh or config.mesh_listen)
-                    mesh_sock = _bind(mesh_host, mesh_port)
+                    mesh_sock = _bind(mesh_host, mesh_port, "--mesh")
                     started = await nursery.start(
                         functools.partial(
                             run_mesh,
@@ -193,6 +205,9 @@ async def run_daemon(
                     announce("Mesh: off (this node is in no team; see `hyphae team create|join`)")
                 write_private(daemon_file, json.dumps(info))
                 announce(f"Hyphae node {service.node_id} serving {api_url} (MCP: {api_url}/mcp) from {home}")
+                if not is_loopback_host(bound_host) and not config.allowed_hosts:
+                    announce("API: only loopback names and the listen address are answered (DNS-rebinding guard); "
+                             "list the names remote clients use in [api] allowed_hosts")  # fmt: skip
                 task_status.started(info)
                 await served.wait()  # the server returns once shutdown was asked for and requests drained
                 nursery.cancel_scope.cancel()

@@ -1,6 +1,7 @@
 """MCP over HTTP: an ASGI 3 app for ``POST /mcp`` (MCP "streamable HTTP", stateless).
 
-Each POST carries one JSON-RPC message and its own ``x-hyphae-key``; the key is
+Each POST carries one JSON-RPC message and its own key (``x-hyphae-key``, or
+``Authorization: Bearer``, which every MCP client can send); the key is
 authenticated on every request and no session is kept (no ``Mcp-Session-Id``). Requests
 are answered with one ``application/json`` response, which the streamable-HTTP
 transport allows whatever the client's ``Accept`` says (SDK clients send
@@ -13,7 +14,8 @@ error response with ``id`` null, since the body has not been read yet):
     check                                           failure
     1 method is POST                                405, Allow: POST          -32600
     2 Origin, when present, is a loopback origin    403 (DNS-rebinding guard) -32003 forbidden
-    3 x-hyphae-key present and authenticates        401                       -32001 unauthenticated
+    3 a key (x-hyphae-key, or Authorization:        401, WWW-Authenticate:    -32001 unauthenticated
+      Bearer) present and authenticates             Bearer realm="hyphae"
       (the key's rate limit is exhausted: answered  429, Retry-After          -32029 rate_limited
       after step 7 has read the id)
     4 MCP-Protocol-Version, when present, supported 400 (absent: accepted)    -32600
@@ -49,9 +51,21 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 
+# RFC 9110 §11.6.1: a 401 names the scheme that would work, so a client knows to send a Bearer key.
+_CHALLENGE = ((b"www-authenticate", b'Bearer realm="hyphae"'),)
+
+
+def _key(headers: dict[str, str]) -> str | None:
+    """The API key: ``x-hyphae-key``, else an ``Authorization: Bearer`` token."""
+    key = headers.get("x-hyphae-key")
+    if key:
+        return key
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
 # The only request headers the checks read; the others are never decoded.
 _READ_HEADERS = {name.encode(): name for name in (
-    "origin", "x-hyphae-key", "mcp-protocol-version", "content-type", "content-length"
+    "origin", "x-hyphae-key", "authorization", "mcp-protocol-version", "content-type", "content-length"
 )}  # fmt: skip
 
 
@@ -111,18 +125,21 @@ def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable
             await _send_error(send, 403, error)
             return
 
-        # 3. x-hyphae-key, authenticated on every request
-        key = headers.get("x-hyphae-key")
+        # 3. the key (x-hyphae-key or Authorization: Bearer), authenticated on every request
+        key = _key(headers)
         if not key:
-            error = reason_error("unauthenticated", "missing x-hyphae-key header: send your Hyphae API key")
-            await _send_error(send, 401, error)
+            error = reason_error(
+                "unauthenticated", "no API key: send your Hyphae API key as Authorization: Bearer KEY (or x-hyphae-key)"
+            )
+            await _send_error(send, 401, error, _CHALLENGE)
             return
         limited: HyphaeError | None = None
         try:
             principal = await authenticate(key)
         except HyphaeError as exc:
             if exc.reason != "rate_limited":
-                await _send_error(send, exc.http_status, from_hyphae_error(exc))
+                challenge = _CHALLENGE if exc.http_status == 401 else ()
+                await _send_error(send, exc.http_status, from_hyphae_error(exc), challenge)
                 return
             limited = exc  # answered with the request's id once the body is read
         except Exception:

@@ -8,6 +8,7 @@ authenticating a call costs no database read.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -18,9 +19,27 @@ from .principals import Principal, PrincipalCache, hash_api_key, new_api_key
 from .shaping import agent_dict
 from .store import Store, Transaction
 
-__all__ = ["AgentAdmin"]
+__all__ = ["AgentAdmin", "check_agent_name"]
 
-_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_NAME_PUNCTUATION = frozenset("._-")
+_NAME_RULE = "agent name must be 1-64 letters (of any script), digits, '.', '_' or '-'"
+
+
+def check_agent_name(name: Any) -> str:
+    """An agent's name, NFC-normalised (so ``tomás`` typed either way is one agent): letters of
+    any script with their combining marks, digits, ``.``, ``_``, ``-``. Never whitespace, control
+    characters or slashes: a name is shown in logs and inbox lines and used in URL paths."""
+    if not isinstance(name, str):
+        raise InvalidArgument(_NAME_RULE, field="name")
+    name = unicodedata.normalize("NFC", name)
+    if not 1 <= len(name) <= 64:
+        raise InvalidArgument(_NAME_RULE, field="name")
+    for position, char in enumerate(name):
+        kind = unicodedata.category(char)
+        mark = kind[0] == "M" and position > 0  # a combining mark belongs to the letter before it
+        if not (kind[0] == "L" or kind == "Nd" or mark or char in _NAME_PUNCTUATION):
+            raise InvalidArgument(f"{_NAME_RULE}; {char!r} (U+{ord(char):04X}) is not allowed", field="name")
+    return name
 
 
 class AgentAdmin:
@@ -51,8 +70,7 @@ class AgentAdmin:
 
     async def add(self, name: str, projects: list[str] | None = None) -> tuple[Principal, str]:
         """Create an agent and its key; the key is returned once and stored only hashed."""
-        if not isinstance(name, str) or not 1 <= len(name) <= 64 or set(name) - _NAME_CHARS:
-            raise InvalidArgument("agent name must be 1-64 letters, digits, '.', '_' or '-'", field="name")
+        name = check_agent_name(name)
         projects = sorted({v.check_text(p, "project") for p in projects or ()})
         api_key = new_api_key()
         principal = Principal(self._tenant_id, new_id(), name, tuple(projects))
@@ -70,6 +88,7 @@ class AgentAdmin:
         return [agent_dict(agent) for agent in self._agents.all()]
 
     async def revoke(self, name: str) -> dict[str, Any]:
+        name = unicodedata.normalize("NFC", name) if isinstance(name, str) else name
         now = self._clock()
 
         def job(tx: Transaction) -> dict[str, Any]:

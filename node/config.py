@@ -54,6 +54,9 @@ class NodeConfig:
     group_commit_ms: float = 2.0
     rate_limit: float = DEFAULT_RATE  # calls per second per API key; 0: no limit
     rate_burst: int = DEFAULT_BURST
+    # [api] allowed_hosts: Host names the API port answers besides loopback and its bound address
+    # (web.hosts, the DNS-rebinding guard); "name" for any port, "name:port" for one.
+    allowed_hosts: tuple[str, ...] = ()
     hybrid_recall: bool = True  # [recall] hybrid: BM25 fused with the dense ranking
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT  # [recall] lexical_weight: what holding all of the query's words adds
     conflict_cos: float = DEFAULT_CONFLICT_COS  # [lifecycle] conflict_cos: two rulings this close may conflict
@@ -105,6 +108,9 @@ listen = "{DEFAULT_API}"
 # Calls per second per API key (a token bucket; 0 turns the limit off), and the burst.
 # rate_limit = {DEFAULT_RATE:g}
 # rate_burst = {DEFAULT_BURST}
+# Host names the API answers besides localhost, loopback addresses and the listen address
+# (a guard against DNS rebinding), e.g. ["hyphae.internal:7777"] behind --allow-remote.
+# allowed_hosts = []
 
 [mesh]
 listen = "{DEFAULT_MESH}"
@@ -170,7 +176,7 @@ def load_config(home: Path) -> NodeConfig:
     if unknown:
         raise ConfigError(f"{path}: unknown sections: {', '.join(unknown)}")
     node = _table(data, "node", {"tenant_id", "name"}, path)
-    api = _table(data, "api", {"listen", "rate_limit", "rate_burst"}, path)
+    api = _table(data, "api", {"listen", "rate_limit", "rate_burst", "allowed_hosts"}, path)
     mesh = _table(data, "mesh", {"listen", "peers", "discovery"}, path)
     beacons = _table(data, "beacons", {"default_threshold", "judge", "z_floor", "lexical_weight"}, path)
     storage = _table(data, "storage", {"group_commit_ms"}, path)
@@ -211,6 +217,9 @@ def load_config(home: Path) -> NodeConfig:
     rate_burst = _number(api, "rate_burst", DEFAULT_BURST, path, "api")
     if not 0 <= rate_limit < float("inf") or not 1 <= rate_burst < float("inf") or rate_burst != int(rate_burst):
         raise ConfigError(f"{path}: [api] rate_limit must be >= 0 (0: no limit) and rate_burst a whole number >= 1")
+    allowed_hosts = api.get("allowed_hosts", [])
+    if not isinstance(allowed_hosts, list) or not all(isinstance(h, str) and h.strip() for h in allowed_hosts):
+        raise ConfigError(f"{path}: [api] allowed_hosts must be a list of \"name\" or \"name:port\" strings")
     peers = mesh.get("peers", [])
     if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
         raise ConfigError(f"{path}: [mesh] peers must be a list of \"host:port\" strings")
@@ -234,6 +243,7 @@ def load_config(home: Path) -> NodeConfig:
         group_commit_ms=group_commit_ms,
         rate_limit=rate_limit,
         rate_burst=int(rate_burst),
+        allowed_hosts=tuple(allowed_hosts),
         hybrid_recall=hybrid,
         lexical_weight=lexical_weight,
         conflict_cos=conflict_cos,

@@ -11,7 +11,9 @@ import of a declared test dependency turns a broken install into a green run. So
   (``autojump_clock``), where it is exact. Latency may be printed, or measured in ``benchmarks/``;
 * no ``pytest.raises(Exception)`` or ``(BaseException)``, alone or in a tuple: name the error;
 * no bare ``except:`` or ``except Exception``/``BaseException`` whose body is only ``pass``;
-* no ``pytest.importorskip`` at module level: a declared test dependency is imported.
+* no ``pytest.importorskip`` at module level: a declared test dependency is imported;
+* no ``capsys.disabled()`` / ``capfd.disabled()``: a figure a test prints stays in its captured
+  output (``pytest -rP`` shows it), never as a stray line among the dots.
 
 What a scan cannot see stays a review rule: a bare sleep used to wait for something
 before an assertion (wait for an event, or poll under a deadline), a port bound, closed
@@ -123,6 +125,11 @@ def module_level_importorskip(path: Path, tree: ast.Module) -> list[str]:
     return found
 
 
+def output_past_capture(path: Path, tree: ast.Module) -> list[str]:
+    return [where(path, node) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and _dotted(node.func) in ("capsys.disabled", "capfd.disabled")]  # fmt: skip
+
+
 def test_no_assertion_on_elapsed_real_time():
     assert [hit for path, tree in sources() for hit in elapsed_time_assertions(path, tree)] == []
 
@@ -137,6 +144,10 @@ def test_no_broad_exception_swallowed():
 
 def test_no_module_level_importorskip():
     assert [hit for path, tree in sources() for hit in module_level_importorskip(path, tree)] == []
+
+
+def test_no_output_past_the_capture():
+    assert [hit for path, tree in sources() for hit in output_past_capture(path, tree)] == []
 
 
 # -- the scanner itself, on what it must and must not flag ---------------------------------------
@@ -168,6 +179,10 @@ def test_broad():
         work()
     except Exception:
         pass
+
+def test_loud(capsys):
+    with capsys.disabled():
+        print("a stray line")
 '''
 
 GOOD = '''
@@ -206,5 +221,7 @@ def test_the_scanner_flags_each_broken_rule_and_nothing_else():
     assert len(broad_raises(path, bad)) == 2
     assert len(swallowed_failures(path, bad)) == 1
     assert len(module_level_importorskip(path, bad)) == 1
-    for check in (elapsed_time_assertions, broad_raises, swallowed_failures, module_level_importorskip):
+    assert len(output_past_capture(path, bad)) == 1
+    for check in (elapsed_time_assertions, broad_raises, swallowed_failures, module_level_importorskip,
+                  output_past_capture):  # fmt: skip
         assert check(path, good) == [], check.__name__

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from node.energy import CELL_TYPES
+
+from ..connect import HOST_NAMES
 from node.version import package_version
 
 from .data import cmd_export, cmd_import, cmd_reindex
@@ -14,7 +16,8 @@ from .lifecycle import cmd_validate
 from .memories import (
     cmd_beacon_add, cmd_beacon_list, cmd_beacon_remove, cmd_consolidate, cmd_inbox, cmd_recall, cmd_store,
 )  # fmt: skip
-from .running import cmd_doctor, cmd_mcp, cmd_peers, cmd_status, cmd_up
+from .running import cmd_doctor, cmd_mcp, cmd_peers, cmd_status, cmd_stop, cmd_up
+from .sessions import cmd_scene_get, cmd_scene_list, cmd_session_end, cmd_session_start
 from .setup import (
     cmd_agent_add, cmd_agent_list, cmd_agent_revoke, cmd_connect, cmd_init, cmd_team_create, cmd_team_join,
     cmd_team_rotate, cmd_team_show,
@@ -28,10 +31,11 @@ quick start (one machine):
   export HYPHAE_API_KEY=$(hyphae agent add alice | tail -1)
   hyphae store "Use pgvector for the V1 storage backend." --type Decision
   hyphae recall "which database do we use for storage"
-  hyphae connect claude-code          # the MCP set-up for your editor
+  hyphae connect claude-code          # the MCP set-up for your editor (any host: connect --help)
 
 a team: `hyphae team create` on one machine, `hyphae team join TOKEN` on the others,
-then `hyphae up` everywhere. `hyphae doctor` says what is wrong and how to fix it.
+then `hyphae up` everywhere (`hyphae stop` ends it). `hyphae doctor` says what is wrong
+and how to fix it.
 
 exit codes:
   0 done   1 the operation failed   2 bad usage   3 no usable data dir or config
@@ -48,8 +52,8 @@ environment:
 
 _GROUPS = (
     ("set up", ("init", "agent", "team", "connect")),
-    ("run the node", ("up", "mcp", "status", "peers", "doctor")),
-    ("memories (as $HYPHAE_API_KEY's agent)", ("store", "recall", "inbox", "beacon", "consolidate")),
+    ("run the node", ("up", "stop", "mcp", "status", "peers", "doctor")),
+    ("memories (as $HYPHAE_API_KEY's agent)", ("store", "recall", "inbox", "beacon", "session", "scene", "consolidate")),
     ("data", ("export", "import", "reindex", "validate")),
 )
 
@@ -87,16 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     agent_commands = group("agent", "manage agents and their API keys: add | list | revoke", "agent_command")
     add = command("add", cmd_agent_add, "create an agent; prints its API key once, on the last line", agent_commands)
-    add.add_argument("name")
+    add.add_argument("name", help="the agent's name: letters of any script, digits, '.', '_' or '-'")
     add.add_argument("--project", action="append", help="limit the key to a project (repeatable)")
     command("list", cmd_agent_list, "list agents", agent_commands)
     revoke = command("revoke", cmd_agent_revoke, "revoke an agent's key", agent_commands)
-    revoke.add_argument("name")
+    revoke.add_argument("name", help="the agent whose key stops working")
 
     team_commands = group("team", "create or join a team (the mesh): create | join | show | rotate", "team_command")
     command("create", cmd_team_create, "create a team; prints its join token on the last line", team_commands)
     join = command("join", cmd_team_join, "join a team with a token from `hyphae team create`", team_commands)
-    join.add_argument("token")
+    join.add_argument("token", help="the join token (hyphae1....) a teammate's `hyphae team create` printed")
     show = command("show", cmd_team_show, "this node's team", team_commands)
     show.add_argument("--token", action="store_true", help="also print the join token (it holds the team key)")
     rotate = command("rotate", cmd_team_rotate, "give the team a new key (members re-join with the token on the last line)",
@@ -104,10 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     rotate.add_argument("--remove", action="append", default=[], metavar="NODE_ID",
                         help="shut a node out of the team (repeatable; ids from `hyphae peers`)")  # fmt: skip
 
-    connect = command("connect", cmd_connect, "print the MCP set-up for an editor or agent host", json=False)
-    connect.add_argument("host", choices=("claude-code", "cursor", "vscode", "cline"))
-    connect.add_argument("--http", action="store_true", help="connect over HTTP instead of stdio")
-    connect.add_argument("--key", help="the agent's API key to put in the snippet (default: a placeholder)")
+    connect = command("connect", cmd_connect, "print (or --write) the MCP set-up for an editor or agent host", json=False)
+    connect.add_argument("host", choices=HOST_NAMES, metavar="HOST", help="the MCP host: " + ", ".join(HOST_NAMES))
+    connect.add_argument("--http", action="store_true", help="connect over HTTP to the running daemon instead of stdio")
+    connect.add_argument("--key", help="the agent's API key for a user-level file (default: a placeholder)")
+    connect.add_argument("--project", type=Path, metavar="DIR",
+                         help="the project-level file in DIR instead (the key is never written there)")  # fmt: skip
+    connect.add_argument("--write", action="store_true",
+                         help="merge the set-up into the host's config file (a backup is kept; other servers stay)")  # fmt: skip
+    connect.add_argument("--file", type=Path, metavar="PATH", help="use this config file instead of the host's usual one")
 
     up = command("up", cmd_up, "run the node daemon (API, MCP over HTTP, mesh) in the foreground", json=False)
     up.add_argument("--api", metavar="HOST:PORT", help="API address (default from config: 127.0.0.1:7777)")
@@ -115,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--mesh", metavar="HOST:PORT", help="mesh address (default from config: 0.0.0.0:7979)")
     up.add_argument("--peer", action="append", metavar="HOST:PORT", help="a static peer (repeatable)")
     up.add_argument("--no-discovery", action="store_true", help="do not look for peers with zeroconf")
+    stop = command("stop", cmd_stop, "stop the node daemon of this data dir cleanly (as Ctrl-C would)")
+    stop.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                      help="how long to wait for it to drain and save its indexes (default 60)")  # fmt: skip
     command("mcp", cmd_mcp, "serve MCP over stdio for an agent (starts the daemon if needed)", json=False)
     command("status", cmd_status, "is the daemon running, and what does it hold")
     command("peers", cmd_peers, "the mesh: peers, their state, queues and drops")
@@ -124,25 +136,26 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument("text", help="the memory; '-' reads stdin")
     store.add_argument("--type", required=True, choices=CELL_TYPES, help="cell type")
     store.add_argument("--salience", type=float, default=None, help="0..1, default 0.5; higher reaches further")
-    store.add_argument("--project")
-    store.add_argument("--scene")
+    store.add_argument("--project", help="the project it belongs to (default: none, readable by every key)")
+    store.add_argument("--scene", metavar="SCENE_ID", help="the scene it belongs to (default: your open session's)")
     store.add_argument("--ref", help="source reference as KIND:LOCATOR, e.g. file:src/db.py:42")
     store.add_argument("--metadata", help="a JSON object")
-    store.add_argument("--idempotency-key")
+    store.add_argument("--idempotency-key", metavar="KEY", help="storing again with the same key returns the first id")
     store.add_argument("--supersedes", action="append", metavar="ID",
                        help="the node_id of a cell this one replaces (repeatable); it stays, marked superseded")
 
     recall = command("recall", cmd_recall, "find the memories nearest to a query, with content")
-    recall.add_argument("query")
-    recall.add_argument("-k", type=int, default=10)
-    recall.add_argument("--layer", default="L0", choices=("L0", "L1", "L2"))
+    recall.add_argument("query", help="what you are looking for, in plain words")
+    recall.add_argument("-k", type=int, default=10, help="how many memories (1-100, default 10)")
+    recall.add_argument("--layer", default="L0", choices=("L0", "L1", "L2"),
+                        help="L0 every memory (default), L1 the durable ones, L2 scene summaries")  # fmt: skip
     recall.add_argument("--type", action="append", choices=CELL_TYPES, help="only these cell types (repeatable)")
-    recall.add_argument("--project")
+    recall.add_argument("--project", help="only this project's memories")
     recall.add_argument("--include-superseded", action="store_true", help="also cells that others replaced")
 
     inbox = command("inbox", cmd_inbox, "show what your beacons caught")
     inbox.add_argument("--since", help="milliseconds or RFC 3339 time")
-    inbox.add_argument("--limit", type=int)
+    inbox.add_argument("--limit", type=int, help="at most this many (default 50)")
     inbox.add_argument("--pull", action="store_true", help="take the next page and advance the server cursor")
     inbox.add_argument("--include-superseded", action="store_true", help="also cells that others replaced")
     validate = command("validate", cmd_validate, "mark memories whose source file changed or vanished as stale")
@@ -153,20 +166,36 @@ def build_parser() -> argparse.ArgumentParser:
     beacon_add.add_argument("query", help="what you want to hear about, in plain words")
     beacon_add.add_argument("--threshold", type=float, help="cosine similarity to match (default from config)")
     beacon_add.add_argument("--type", action="append", choices=CELL_TYPES, help="only these cell types (repeatable)")
-    beacon_add.add_argument("--project")
-    beacon_add.add_argument("--min-salience", type=float)
+    beacon_add.add_argument("--project", help="only memories of this project")
+    beacon_add.add_argument("--min-salience", type=float, metavar="S", help="only memories at least this salient (0..1)")
     beacon_add.add_argument("--ttl", type=int, metavar="SECONDS", help="expire after this long")
     command("list", cmd_beacon_list, "your live beacons", beacon_commands)
     beacon_remove = command("remove", cmd_beacon_remove, "remove one of your beacons", beacon_commands)
-    beacon_remove.add_argument("beacon_id")
+    beacon_remove.add_argument("beacon_id", help="the id `hyphae beacon add` printed (see `beacon list`)")
+
+    session_commands = group("session", "working sessions and their scenes: start | end", "session_command")
+    session_start = command("start", cmd_session_start, "open a session in a project; prints its id on the last line",
+                            session_commands)  # fmt: skip
+    session_start.add_argument("--project", required=True, help="the project the session works in")
+    session_start.add_argument("--title", help="a short title for its scene")
+    session_end = command("end", cmd_session_end, "close a session (and its scene)", session_commands)
+    session_end.add_argument("session_id", help="the id `hyphae session start` printed")
+
+    scene_commands = group("scene", "the scenes sessions made: get | list", "scene_command")
+    scene_get = command("get", cmd_scene_get, "one scene and the ids of its memories", scene_commands)
+    scene_get.add_argument("scene_id", help="the scene's id (from `hyphae scene list`)")
+    scene_list = command("list", cmd_scene_list, "scenes you can read, newest first", scene_commands)
+    scene_list.add_argument("--project", help="only this project's scenes")
+    scene_list.add_argument("--limit", type=int, help="at most this many (default 50)")
+    scene_list.add_argument("--cursor", help="the next page, from the previous page's last line")
 
     consolidate = command("consolidate", cmd_consolidate, "summarise a scene into one L2 cell")
-    consolidate.add_argument("scene_id")
+    consolidate.add_argument("scene_id", help="the scene to summarise")
 
     export = command("export", cmd_export, "write cells, beacons and scenes to a JSONL file")
-    export.add_argument("file", metavar="FILE.jsonl")
+    export.add_argument("file", metavar="FILE.jsonl", help="the file to write")
     import_ = command("import", cmd_import, "import a JSONL file: a Hyphae export, or --from memory-server")
-    import_.add_argument("file", metavar="FILE.jsonl")
+    import_.add_argument("file", metavar="FILE.jsonl", help="the file to read")
     import_.add_argument("--from", dest="source", choices=("hyphae", "memory-server"), default="hyphae",
                          help="the file's format: a `hyphae export` (default) or the official MCP "
                               "memory server's knowledge graph (stored as $HYPHAE_API_KEY's agent)")  # fmt: skip

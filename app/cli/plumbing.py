@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import quote
 
 import trio
 
@@ -54,6 +55,10 @@ ROUTES = {
     "pull_inbox": ("POST", "/v1/inbox/pull"),
     "consolidate_scene": ("POST", "/v1/scenes/{scene_id}/consolidate"),
     "whoami": ("GET", "/v1/whoami"),
+    "start_session": ("POST", "/v1/sessions"),
+    "end_session": ("POST", "/v1/sessions/{session_id}/end"),
+    "get_scene": ("GET", "/v1/scenes/{scene_id}"),
+    "list_scenes": ("GET", "/v1/scenes"),
     "place_beacon": ("POST", "/v1/beacons"),
     "list_beacons": ("GET", "/v1/beacons"),
     "remove_beacon": ("DELETE", "/v1/beacons/{beacon_id}"),
@@ -72,8 +77,9 @@ def _through_daemon(args: argparse.Namespace, op: str, kwargs: dict[str, Any], a
     if info is None:
         return NO_DAEMON
     method, template = ROUTES[op]
-    path = template.format(**kwargs)
-    rest = {k: v for k, v in kwargs.items() if "{" + k + "}" not in template}
+    in_path = {k: quote(str(v), safe="") for k, v in kwargs.items() if "{" + k + "}" in template}  # e.g. a name like 李雷
+    path = template.format(**in_path)
+    rest = {k: v for k, v in kwargs.items() if k not in in_path}
     client = DaemonClient(args.home, info, api_key)
     try:
         if method == "GET":

@@ -53,7 +53,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         who = client.call("GET", "/v1/whoami")  # the key is resolved once, before anything is served
     finally:
         client.close()
-    print(f"hyphae mcp: serving agent {who['name']!r} through {info['api_url']}", file=sys.stderr)
+    # Say how calls travel: over the data dir's local socket when the daemon has one, else its HTTP port.
+    via = "relaying over the local socket" if info.get("mcp_socket") else f"relaying over HTTP to {info['api_url']}/mcp"
+    print(f"hyphae mcp: serving agent {who['name']!r}, {via}", file=sys.stderr)
 
     async def serve() -> None:
         if info.get("mcp_socket"):  # same machine: the daemon's Unix socket, no HTTP per call
@@ -69,6 +71,41 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             await serve_stdio(HttpRelay(info["api_url"], api_key, http))
 
     trio.run(serve)
+    return EXIT_OK
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """End the data dir's daemon as Ctrl-C would (SIGTERM: requests drain, indexes are saved,
+    the lock is released) and wait until it is gone."""
+    import signal
+    import time
+
+    from ..client import running_daemon
+
+    info = running_daemon(args.home)  # daemon.json counts only while its lock is held: the pid is live
+    if info is None:
+        if args.json:
+            emit_json({"home": str(args.home), "stopped": False, "running": False})
+        else:
+            print(f"No node is running for {args.home}.")
+        return EXIT_OK
+    pid = info["pid"]
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # it ended between the look and the signal
+    except PermissionError:
+        raise CliError(f"the node for {args.home} runs as another user (pid {pid}); stop it as that user") from None
+    deadline = time.monotonic() + args.timeout
+    while running_daemon(args.home) is not None:
+        if time.monotonic() > deadline:
+            raise CliError(f"the node (pid {pid}) has not stopped after {args.timeout:g} s; "
+                           f"it may still be saving its indexes: wait, or `kill {pid}` again")  # fmt: skip
+        time.sleep(0.05)
+    if args.json:
+        emit_json({"home": str(args.home), "stopped": True, "pid": pid})
+    else:
+        print(f"Stopped the node for {args.home} (pid {pid}).")
     return EXIT_OK
 
 
@@ -107,7 +144,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"outdated  {outdated['message']}")
     if "stats" in status:
         stats = status["stats"]
-        print(f"cells     {stats['cells']}  layers {stats['layers']}")
+        layers = ", ".join(f"{layer} {count}" for layer, count in sorted(stats["layers"].items())) or "empty"
+        print(f"cells     {stats['cells']}  (layers: {layers})")
     return EXIT_OK
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from node.errors import HyphaeError
+
 from .plumbing import EXIT_OK, EXIT_USAGE, CliError, administer, emit_json, format_time
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -62,10 +64,60 @@ def cmd_agent_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
-    from ..connect import snippet
+    """The host's MCP set-up on stdout alone (a shell line for Claude Code, else the config file's
+    JSON or TOML), advice on stderr; ``--write`` merges it into the host's config file."""
+    from ..connect import KEY_PLACEHOLDER, ConnectError, claude_code_line, plan
+    from ..host_files import write_target
 
-    print(snippet(args.host, home=args.home, http=args.http, api_key=args.key))
+    url = _mcp_url(args)
+    if args.host == "claude-code" and args.project is None and not args.write and args.file is None:
+        print("# Claude Code: run this line (the first call starts the node daemon in the background)", file=sys.stderr)
+        print(claude_code_line(args.home, url, http=args.http, api_key=args.key))
+        return EXIT_OK
+    try:
+        target = plan(args.host, home=args.home, url=url, http=args.http, api_key=args.key,
+                      project=args.project, file=args.file)  # fmt: skip
+    except ConnectError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if args.write and KEY_PLACEHOLDER in target.render():
+        raise CliError(f"--write needs the agent's key for {target.path}: add --key KEY "
+                       "(from `hyphae agent add NAME`), or --project DIR for a file that names the variable instead",
+                       EXIT_USAGE)  # fmt: skip
+    if args.key and (args.project is not None or args.host == "vscode" or (args.host == "codex" and args.http)):
+        print("# --key is not written here: this file names the variable instead (see below)", file=sys.stderr)
+    for line in target.advice:
+        print(line, file=sys.stderr)
+    print(target.render().rstrip("\n"))
+    if args.write:
+        try:
+            result = write_target(target)
+        except (ConnectError, OSError) as exc:
+            raise CliError(f"--write: {exc}") from None
+        if not result.changed:
+            print(f"{result.path} already has this set-up; nothing changed.", file=sys.stderr)
+        else:
+            kept = f" (the old file is kept as {result.backup})" if result.backup else ""
+            print(f"Wrote the {target.host.title} set-up into {result.path}{kept}. Restart {target.host.title}.",
+                  file=sys.stderr)  # fmt: skip
     return EXIT_OK
+
+
+def _mcp_url(args: argparse.Namespace) -> str:
+    """Where the daemon serves MCP: the running one's address, else the configured one."""
+    from ..client import running_daemon
+    from node.config import load_config
+
+    info = running_daemon(args.home)
+    if info is not None:
+        return f"{info['api_url']}/mcp"
+    try:
+        listen = load_config(args.home).api_listen
+    except HyphaeError:
+        listen = "127.0.0.1:7777"
+    host, _, port = listen.rpartition(":")
+    if host in ("0.0.0.0", "", "[::]", "::"):  # a wildcard is where it listens, not an address to call
+        host = "127.0.0.1"
+    return f"http://{host}:{port}/mcp"
 
 
 def cmd_team_create(args: argparse.Namespace) -> int:
@@ -102,8 +154,12 @@ def _adopt(args: argparse.Namespace, team, verb: str) -> int:
     if NodeIdentity.load(config.key_path).node_id in team.removed:
         raise CliError(f"this node was removed from team {team.team_id}: its token does not let it back in")
     adopt_team(args.home, team)
+    joined = verb == "Joined"  # the joiner already holds the token: it is the team key, so it is not shown again
     if args.json:
-        emit_json({"team_id": team.team_id, "join_token": team.join_token()})
+        emit_json({"team_id": team.team_id} if joined else {"team_id": team.team_id, "join_token": team.join_token()})
+        return EXIT_OK
+    if joined:
+        print(f"Joined team {team.team_id}. Run `hyphae up`: nodes on your LAN find each other.")
         return EXIT_OK
     print(f"{verb} team {team.team_id}. Teammates join with the token below (keep it secret:", file=sys.stderr)
     print("it is the team key). Then run `hyphae up`: nodes on your LAN find each other.", file=sys.stderr)

@@ -145,7 +145,7 @@ async def _exercise(client: Client, daemon: Daemon, bob_key: str, tag: str) -> N
     assert again["diffs"] == [] and again["cursor"] == pulled["cursor"]
 
 
-def test_sdk_over_stdio(sdk_node, unanswered_probe_hangs, capsys) -> None:
+def test_sdk_over_stdio(sdk_node, unanswered_probe_hangs) -> None:
     daemon, keys = sdk_node
     params = StdioServerParameters(
         command=sys.executable,
@@ -162,11 +162,11 @@ def test_sdk_over_stdio(sdk_node, unanswered_probe_hangs, capsys) -> None:
             return connect_time
 
     connect_time = asyncio.run(scenario())
-    with capsys.disabled():  # printed, not asserted: it includes starting `hyphae mcp` (a Python process)
-        print(f"\nSDK over stdio connected in {connect_time:.2f} s")
+    # Printed, not asserted (it includes starting `hyphae mcp`, a Python process): `pytest -rP` shows it.
+    print(f"SDK over stdio connected in {connect_time:.2f} s")
 
 
-def test_sdk_over_streamable_http(sdk_node, unanswered_probe_hangs, capsys) -> None:
+def test_sdk_over_streamable_http(sdk_node, unanswered_probe_hangs) -> None:
     daemon, keys = sdk_node
 
     sent: list[tuple[str, str | None]] = []  # (JSON-RPC method, MCP-Protocol-Version header)
@@ -190,8 +190,7 @@ def test_sdk_over_streamable_http(sdk_node, unanswered_probe_hangs, capsys) -> N
     methods = [method for method, _ in sent]
     assert methods[:3] == ["server/discover", "initialize", "notifications/initialized"], sent[:4]
     assert all(version == "2025-11-25" for method, version in sent[2:]), sent  # what was negotiated
-    with capsys.disabled():
-        print(f"\nSDK over HTTP connected in {connect_time:.2f} s")
+    print(f"SDK over HTTP connected in {connect_time:.2f} s")  # `pytest -rP` shows it
 
 
 def test_sdk_over_http_refuses_a_bad_key(sdk_node) -> None:
@@ -285,7 +284,7 @@ def _cache_dir(request, tmp_path_factory, name: str) -> Path:
     return Path(cache.mkdir(name)) if cache is not None else tmp_path_factory.mktemp(name)
 
 
-def test_older_sdk_line_connects_and_recalls(sdk_node, request, tmp_path_factory, capsys) -> None:
+def test_older_sdk_line_connects_and_recalls(sdk_node, request, tmp_path_factory) -> None:
     daemon, keys = sdk_node
     python = _old_sdk_python(_cache_dir(request, tmp_path_factory, "hyphae-e2e-" + OLD_SDK.replace("==", "-")))
     version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('mcp'))"],
@@ -312,5 +311,5 @@ def test_older_sdk_line_connects_and_recalls(sdk_node, request, tmp_path_factory
         assert report[transport]["tools"] == sorted(ANNOTATIONS)
         assert report[transport]["error"] is False
         assert isinstance(report[transport]["recall"]["results"], list)
-    with capsys.disabled():  # interpreter + SDK import + `hyphae mcp` start, both transports
-        print(f"\nthe 1.x SDK over both transports: {elapsed:.2f} s (stdio {report['stdio_seconds']:.2f} s)")
+    # interpreter + SDK import + `hyphae mcp` start, both transports; `pytest -rP` shows it
+    print(f"the 1.x SDK over both transports: {elapsed:.2f} s (stdio {report['stdio_seconds']:.2f} s)")

@@ -1,4 +1,6 @@
-"""The README's "A team in five minutes", command by command, as a new user runs it.
+"""The README's quick starts, command by command, as a new user runs them: "A team in five
+minutes" (two machines) and "An agent's memory in one minute" (one machine, connecting Claude
+Code).
 
 The commands are read out of README.md (the ``<!-- walkthrough: NAME -->`` blocks of that
 section), so the docs and this test cannot drift apart. They run through the installed
@@ -11,6 +13,13 @@ data dirs, one per "machine". What this test adds to the README, and why:
 - it runs in the background, and the test waits for it to serve (``/healthz``);
 - between steps a person would wait a second: the test waits, with deadlines, for the two
   nodes to be connected and for Bob's beacon to reach Alice's node before she stores.
+
+The one-minute section runs each line in ``bash`` (it uses ``$(...)`` and ``${VAR:-default}``),
+with a data dir that is not the default one, and a stand-in ``claude`` on ``PATH`` that records
+its arguments; the test then starts the MCP server exactly as Claude Code would from them (the
+command and ``--env`` pairs alone, another working directory, a ``PATH`` without this
+virtualenv) and talks MCP to it. After ``hyphae init`` the API port is set to 127.0.0.1:0, so
+the daemon ``hyphae mcp`` starts never meets another test's port; ``hyphae stop`` ends it.
 """
 
 from __future__ import annotations
@@ -26,11 +35,13 @@ from pathlib import Path
 
 import httpx
 
+from tests.e2e.conftest import read_daemon_json, stop_pid
 from tests.e2e_mesh.cluster import stop_processes, wait_until
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 HYPHAE = Path(sys.executable).with_name("hyphae")  # the console script pip installed
 SECTION = "## A team in five minutes"
+SOLO_SECTION = "## An agent's memory in one minute"
 TOKEN_PLACEHOLDER = "hyphae1.…"
 DECISION = "Use pgvector for the V1 storage backend."
 DEADLINE = 60.0  # seconds: a daemon loads the built-in model; CI machines are small
@@ -41,11 +52,11 @@ _BLOCK = re.compile(r"<!-- walkthrough: (\w+) -->\s*```sh\n(.*?)```", re.S)
 _EXPORT = re.compile(r"^export (\w+)=\$\((.+) \| tail -1\)$")
 
 
-def walkthrough_steps() -> list[tuple[str, str]]:
+def walkthrough_steps(section: str = SECTION) -> list[tuple[str, str]]:
     """(machine, command) in README order, comments stripped."""
     text = README.read_text(encoding="utf-8")
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
+    start = text.index(section)
+    end = text.find("\n#", start + len(section))
     steps = []
     for machine, body in _BLOCK.findall(text[start : end if end > 0 else len(text)]):
         for line in body.splitlines():
@@ -162,3 +173,75 @@ def test_the_readme_team_quick_start(tmp_path):
             assert checks["daemon"]["status"] == "ok", checks["daemon"]
     finally:
         stop_processes([m.daemon for m in machines.values() if m.daemon is not None])
+
+
+FAKE_CLAUDE = """#!{python}
+import json, os, sys
+with open(os.environ["CLAUDE_ARGS_FILE"], "w") as out:
+    json.dump(sys.argv[1:], out)
+print("Added stdio MCP server hyphae")
+"""
+
+
+def test_the_readme_one_minute_quick_start_connects_claude_code(tmp_path):
+    assert HYPHAE.exists(), f"no `hyphae` console script next to {sys.executable}: install with pip install -e ."
+    steps = [command for machine, command in walkthrough_steps(SOLO_SECTION)]
+    assert [m for m, _ in walkthrough_steps(SOLO_SECTION)] == ["solo"] * 5, steps
+    assert steps[-1].startswith("claude mcp add hyphae"), steps
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "claude").write_text(FAKE_CLAUDE.format(python=sys.executable))
+    (tools / "claude").chmod(0o755)
+    home, data = tmp_path / "user", tmp_path / "work" / "hyphae-data"  # not the default data dir
+    home.mkdir()
+    env = {"PATH": os.pathsep.join([str(HYPHAE.parent), str(tools), "/usr/bin", "/bin"]), "HOME": str(home),
+           "HYPHAE_HOME": str(data), "NO_COLOR": "1", "CLAUDE_ARGS_FILE": str(tmp_path / "claude-args.json"),
+           "LANG": "C.UTF-8"}  # fmt: skip
+    outputs = []
+    try:
+        for command in steps:
+            exported = re.match(r"^export (\w+)=", command)
+            script = f'{command}; printf "%s" "${exported.group(1)}"' if exported else command
+            result = subprocess.run(["bash", "-ec", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                                    timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+            assert result.returncode == 0, f"$ {command}\nexit {result.returncode}\n{result.stderr}"
+            if exported:
+                env[exported.group(1)] = result.stdout.strip().splitlines()[-1]
+            outputs.append(result.stdout)
+            if command == "hyphae init":
+                config = data / "config.toml"
+                config.write_text(config.read_text().replace('listen = "127.0.0.1:7777"', 'listen = "127.0.0.1:0"'))
+        assert DECISION in outputs[3]  # recall found it
+
+        # What Claude Code was told, and the server started from that alone, as Claude Code would.
+        argv = json.loads((tmp_path / "claude-args.json").read_text())
+        split = argv.index("--")
+        head, (command, *args) = argv[:split], argv[split + 1:]
+        assert head[:3] == ["mcp", "add", "hyphae"] and Path(command).is_absolute() and args == ["mcp"]
+        server_env = dict(pair.split("=", 1) for flag, pair in zip(head[3::2], head[4::2]) if flag == "--env")
+        assert server_env["HYPHAE_HOME"] == str(data) and server_env["HYPHAE_API_KEY"].startswith("hy_")
+        elsewhere = tmp_path / "some-project"
+        elsewhere.mkdir()
+        requests = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "0"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+             "params": {"name": "recall", "arguments": {"query": "which database do we use for storage"}}},
+        ]  # fmt: skip
+        served = subprocess.run([command, *args], env={"PATH": "/usr/bin:/bin", "HOME": str(home), **server_env},
+                                cwd=elsewhere, input="".join(json.dumps(r) + "\n" for r in requests),
+                                capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)  # fmt: skip
+        assert served.returncode == 0, served.stderr
+        assert "relaying over the local socket" in served.stderr
+        answers = {m.get("id"): m for m in map(json.loads, served.stdout.splitlines())}
+        assert len(answers[2]["result"]["tools"]) == 11
+        assert answers[3]["result"]["structuredContent"]["results"], answers[3]
+    finally:
+        stopped = subprocess.run([str(HYPHAE), "stop"], env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
+                                 check=False)  # fmt: skip
+        info = read_daemon_json(data)
+        if info is not None:  # never leave the daemon `hyphae mcp` started behind
+            stop_pid(info["pid"])
+    assert stopped.returncode == 0, stopped.stderr

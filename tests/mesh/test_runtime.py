@@ -384,7 +384,7 @@ async def test_submitted_events_are_handled_in_order_after_started():
 # -- real engines over HTTP ---------------------------------------------------------------
 
 
-async def test_a_cell_reaches_the_interested_node_only(capsys, make_nodes):
+async def test_a_cell_reaches_the_interested_node_only(make_nodes):
     a, b, c = make_nodes("alice", "bob", "carol")
     with trio.fail_after(120):  # a hang guard only: on a machine at load 20-30 one delivery took over 2 s
         async with trio.open_nursery() as nursery:
@@ -414,9 +414,8 @@ async def test_a_cell_reaches_the_interested_node_only(capsys, make_nodes):
             assert a.runtime.status()["transport"]["failed"] == 0
             assert b.runtime.counters["replies_in_response"] >= 5 and a.runtime.counters["replies_received"] >= 5
             nursery.cancel_scope.cancel()
-    with capsys.disabled():
-        print(f"\nA store -> B sink over loopback HTTP: first {latencies[0]:.1f} ms, "
-              f"then {', '.join(f'{x:.1f}' for x in latencies[1:])} ms")  # fmt: skip
+    print(f"A store -> B sink over loopback HTTP: first {latencies[0]:.1f} ms, "
+          f"then {', '.join(f'{x:.1f}' for x in latencies[1:])} ms")  # `pytest -rP` shows it  # fmt: skip
 
 
 async def test_a_node_that_was_down_catches_up_through_repair(make_nodes):
