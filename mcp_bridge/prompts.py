@@ -26,7 +26,7 @@ from .errors import reason_error
 from .schema import UUID_PATTERN
 from .tools import MAX_SUPERSEDES
 
-__all__ = ["PROMPTS", "prompt_descriptors", "get_prompt"]
+__all__ = ["PROMPTS", "get_prompt", "prompt_descriptors"]
 
 PROMPTS: dict[str, dict[str, Any]] = {
     "catch_up": {
@@ -127,7 +127,7 @@ def _check_team_history(args: dict[str, str]) -> tuple[str, str]:
     recall = json.dumps({"query": topic, "k": 10, "cell_types": kinds, **project})
     return (
         f"What has the team already decided or ruled out about: {topic}",
-        f"Before deciding anything about \"{topic}\", find out what my team already decided, ruled out or "
+        f"Before deciding anything about \"{topic}\", find out what my team already decided, ruled out or "  # noqa: ISC004
         "learned about it.\n\n"
         f"1. Call the query tool with {layer_query} (the settled knowledge) and the recall tool with {recall}.\n"
         "2. Read each hit through its resource_link, or resources/read on hyphae://cells/{node_id}; skip hits "
@@ -195,8 +195,7 @@ def _record_decision(args: dict[str, str]) -> tuple[str, str]:
     numbered = "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
     return (
         f"Record the decision: {args['decision']}",
-        "Record this decision in the team's shared memory, so every agent that works on it knows.\n\n"
-        f"{numbered}",
+        "Record this decision in the team's shared memory, so every agent that works on it knows.\n\n" + numbered,
     )
 
 

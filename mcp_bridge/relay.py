@@ -74,9 +74,9 @@ class HttpRelay:
         if not isinstance(body, dict) or not ("result" in body or "error" in body):
             logger.error("daemon answered %s with JSON that is not a JSON-RPC response", response.status_code)
             return self._error(event, internal_error())
-        if isinstance(event, jsonrpc.RequestReceived) and event.method == "initialize":
-            if (version := negotiated_version(body)) is not None:
-                self._headers["mcp-protocol-version"] = version
+        initialize = isinstance(event, jsonrpc.RequestReceived) and event.method == "initialize"
+        if initialize and (version := negotiated_version(body)) is not None:
+            self._headers["mcp-protocol-version"] = version
         if body.get("id") is None and request_id is not None:
             # An HTTP-level refusal (401, 403, 413, ...) is sent before the daemon reads the id.
             body["id"] = request_id

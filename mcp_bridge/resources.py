@@ -33,18 +33,18 @@ from node.errors import Forbidden, HyphaeError, NotFound
 from .jsonrpc import COMPACT, JsonRpcError
 
 __all__ = [
-    "SCHEME",
-    "MIME_TYPE",
-    "INBOX_URI",
     "BEACONS_URI",
+    "INBOX_URI",
+    "MIME_TYPE",
     "RESOURCE_NOT_FOUND",
+    "SCHEME",
     "TEMPLATES",
-    "cell_uri",
-    "scene_uri",
-    "read_resource",
-    "list_resources",
     "cell_link",
+    "cell_uri",
+    "list_resources",
     "one_line",
+    "read_resource",
+    "scene_uri",
 ]
 
 SCHEME = "hyphae"

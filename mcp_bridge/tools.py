@@ -360,14 +360,14 @@ _DESCRIPTIONS = {
     "recall": (
         "Find the k stored cells nearest in meaning to a query, among every cell you may read (layer L0), "
         "optionally only of some cell types or one project. Returns ids, not content: {results: [{node_id, "
-        "distance}]}, nearest first (smaller distance is closer). Content reaches you through your inbox, or "
-        "over the REST API (GET /v1/cells/{node_id})."
+        "distance}]}, nearest first (smaller distance is closer), and a resource_link per hit: read a "
+        "cell's content with resources/read on hyphae://cells/{node_id}."
     ),
     "query": (
         "Like recall, but against one semantic layer: L0 holds every cell, L1 durable knowledge promoted by use "
         "and salience, L2 summaries of finished scenes. Use L1 for the settled decisions and lessons of a "
         "project, L2 for what past work sessions concluded. Returns {results: [{node_id, distance}]}, nearest "
-        "first."
+        "first, and a resource_link per hit (resources/read on hyphae://cells/{node_id} gives the content)."
     ),
     "start_session": (
         "Open a working session in a project, together with a scene that groups what you store during it. Until "

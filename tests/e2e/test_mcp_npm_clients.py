@@ -46,7 +46,7 @@ def clients(request, tmp_path_factory) -> Path:
     """A directory holding the pinned packages (``npm ci`` from the committed lockfile) and the
     client script, reused from pytest's cache while the lockfile is unchanged."""
     node, npm = _tool("node"), _tool("npm")
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=DEADLINE).stdout
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=DEADLINE, check=True).stdout
     assert int(version.strip().lstrip("v").split(".")[0]) >= 20, f"Node.js 20+ is needed, this is {version}"
     lock = (PACKAGES / "package-lock.json").read_bytes()
     name = "hyphae-e2e-npm-" + hashlib.sha256(lock + (PACKAGES / "package.json").read_bytes()).hexdigest()[:12]
@@ -58,7 +58,7 @@ def clients(request, tmp_path_factory) -> Path:
             shutil.copy(PACKAGES / file, where / file)
         install = subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"],
-            cwd=where, capture_output=True, text=True, timeout=600,
+            cwd=where, capture_output=True, text=True, timeout=600, check=False,
         )
         if install.returncode != 0:
             pytest.fail(f"npm ci of the pinned MCP clients failed:\n{install.stderr[-3000:]}")
@@ -80,7 +80,7 @@ def npm_node(tmp_path_factory):
 def _run(command: list[str], cwd: Path, key: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HYPHAE_API_KEY"}
     env.update(HYPHAE_API_KEY=key, HOME=str(tmp_path), MCP_CATALOG_PATH=str(tmp_path / "catalog.json"))
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)  # a hang guard
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)  # a hang guard
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
