@@ -2,13 +2,16 @@
 
 A transport adapter with no memory logic of its own:
 
-    jsonrpc   pure parsing and serialisation of JSON-RPC 2.0 messages (no I/O)
-    tools     the 11 tool descriptors and the check of arguments against them
-    dispatch  the method table, and the one boundary where exceptions become errors
-    errors    the reason -> JSON-RPC code table
-    http      an ASGI app for POST /mcp (x-hyphae-key per request)
-    stdio     the newline-delimited stdin/stdout loop
-    relay     stdio lines relayed to a running daemon's /mcp
+    jsonrpc       pure parsing and serialisation of JSON-RPC 2.0 messages (no I/O)
+    tools         the 11 tool descriptors and the check of arguments against them
+    resources     the hyphae:// resources (cells, scenes, inbox, beacons) and recall's links to them
+    prompts       the prompts (catch_up, check_team_history, record_decision)
+    dispatch      the method table, and the one boundary where exceptions become errors
+    errors        the reason -> JSON-RPC code table
+    http          an ASGI app for POST /mcp (x-hyphae-key per request)
+    stdio         the newline-delimited stdin/stdout loop
+    subscriptions inbox subscriptions over stdio (notifications/resources/updated)
+    relay         stdio lines relayed to a running daemon's /mcp
 
 Typical wiring::
 

@@ -22,6 +22,11 @@ remember. Schema violations found by the bridge itself (unknown tool, unknown or
 ill-typed argument) are ``invalid_argument``/-32602 too, with ``data.field`` naming the
 argument. ``data`` is :meth:`HyphaeError.to_dict`: ``reason``, ``message``, and
 ``field``/details when the facade gave them.
+
+Two answers depend on the method rather than this table: ``resources/read`` answers a uri it
+cannot read (absent, or outside the key's scope) with MCP's -32002, reason ``not_found``
+(:mod:`mcp_bridge.resources`); and under revision 2025-11-25 an argument that fails a tool's
+inputSchema is an ``isError: true`` tool result, not -32602 (:mod:`mcp_bridge.dispatch`).
 """
 
 from __future__ import annotations

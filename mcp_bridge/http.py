@@ -194,7 +194,7 @@ def make_mcp_app(dispatcher: Dispatcher, authenticate: Callable[[str], Awaitable
             response = jsonrpc.failure(request_id, from_hyphae_error(limited))
             await _send_json(send, 429, jsonrpc.encode(response), ((b"retry-after", str(retry_after).encode()),))
             return
-        response = await dispatcher.handle(body, principal)
+        response = await dispatcher.handle(body, principal, protocol_version=version)  # None: pre-2025-06-18
         if response is None:
             await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
             await send({"type": "http.response.body", "body": b""})

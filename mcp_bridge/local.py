@@ -6,13 +6,17 @@ of a recall's round trip. On one machine the relay instead speaks to the daemon 
 ``$HYPHAE_HOME/mcp.sock`` (mode 0600 inside the 0700 data dir: only the data dir's owner
 can connect), with the simplest framing that keeps requests and answers paired:
 
-    relay -> daemon   {"hyphae_mcp": 1, "key": "<api key>"}\\n     once, on connect
+    relay -> daemon   {"hyphae_mcp": 1, "key": "<api key>",          once, on connect
+                       "protocol_version": "<revision>"}\\n       (the revision, once negotiated)
     relay -> daemon   <one JSON-RPC message>\\n                     then, repeatedly
     daemon -> relay   <the JSON-RPC response>\\n                    one line per line
                       or an empty line when no response is owed (a notification)
 
 A connection carries one exchange at a time; the relay keeps a small pool of them so
-concurrent calls from the host run concurrently. The daemon authenticates the key on
+concurrent calls from the host run concurrently. The revision the host's ``initialize``
+negotiated rides in the hello (the daemon answers by it, as over HTTP by the
+``MCP-Protocol-Version`` header): once the relay has seen it, connections opened
+before it are closed and new ones carry it. The daemon authenticates the key on
 *every* line, exactly as it does an HTTP request's ``x-hyphae-key``, so a key revoked
 mid-session is refused on its next call; the relay never holds a principal.
 """
@@ -33,7 +37,7 @@ import trio
 from node.errors import HyphaeError
 
 from . import jsonrpc
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, negotiated_version
 from .errors import from_hyphae_error, internal_error, reason_error
 from .jsonrpc import INVALID_REQUEST, JsonRpcError
 from .relay import relay_failure
@@ -56,19 +60,25 @@ CONNECT_ATTEMPTS = 50
 Authenticate = Callable[[str], Awaitable[Any]]
 
 
-def _hello(api_key: str) -> bytes:
-    return json.dumps({"hyphae_mcp": LOCAL_PROTOCOL, "key": api_key}, separators=(",", ":")).encode() + b"\n"
+def _hello(api_key: str, protocol_version: str | None = None) -> bytes:
+    hello: dict[str, Any] = {"hyphae_mcp": LOCAL_PROTOCOL, "key": api_key}
+    if protocol_version is not None:
+        hello["protocol_version"] = protocol_version
+    return json.dumps(hello, separators=(",", ":")).encode() + b"\n"
 
 
-def _key_of(hello: bytes) -> str | None:
+def _read_hello(hello: bytes) -> tuple[str, str | None] | None:
+    """The key and negotiated revision of a hello line (None: not a hello)."""
     try:
         message = json.loads(hello)
     except ValueError:
         return None
     if not isinstance(message, dict) or message.get("hyphae_mcp") != LOCAL_PROTOCOL:
         return None
-    key = message.get("key")
-    return key if isinstance(key, str) else None
+    key, version = message.get("key"), message.get("protocol_version")
+    if not isinstance(key, str):
+        return None
+    return key, version if isinstance(version, str) else None
 
 
 def bind_local_socket(path: Path) -> trio.socket.SocketType | None:
@@ -116,11 +126,12 @@ async def _serve_connection(stream: trio.SocketStream, dispatcher: Dispatcher, a
     hello = await reader.next_line()
     if not isinstance(hello, bytes):
         return
-    api_key = _key_of(hello)
-    if api_key is None:
+    greeting = _read_hello(hello)
+    if greeting is None:
         error = JsonRpcError(INVALID_REQUEST, "expected the hyphae local MCP hello line", {"reason": "invalid_argument"})
         await stream.send_all(jsonrpc.encode(jsonrpc.failure(None, error)) + b"\n")
         return
+    api_key, version = greeting
     while True:
         line = await reader.next_line()
         if line is None:
@@ -136,14 +147,16 @@ async def _serve_connection(stream: trio.SocketStream, dispatcher: Dispatcher, a
         # carries may already be committed, and an answer lost here is a retry (or a duplicate)
         # there. Cancellation waits at the next read instead.
         with trio.CancelScope(shield=True):
-            answer = await _answer(line, api_key, dispatcher, authenticate)
+            answer = await _answer(line, api_key, version, dispatcher, authenticate)
             with trio.move_on_after(SEND_TIMEOUT) as send_scope:
                 await stream.send_all(answer + b"\n")
         if send_scope.cancelled_caught:
             return  # a relay that stopped reading: hang up rather than lose the pairing
 
 
-async def _answer(line: bytes, api_key: str, dispatcher: Dispatcher, authenticate: Authenticate) -> bytes:
+async def _answer(
+    line: bytes, api_key: str, version: str | None, dispatcher: Dispatcher, authenticate: Authenticate
+) -> bytes:
     """The response line for one message (empty when none is owed); never raises."""
     try:
         principal = await authenticate(api_key)
@@ -153,7 +166,7 @@ async def _answer(line: bytes, api_key: str, dispatcher: Dispatcher, authenticat
             return b""
         return jsonrpc.encode(jsonrpc.failure(event.id, from_hyphae_error(exc)))
     try:
-        response = await dispatcher.handle(line, principal)
+        response = await dispatcher.handle(line, principal, protocol_version=version)
     except Exception:  # the dispatcher's own boundary failed: still answer, keep serving
         logger.exception("handling a local MCP message failed")
         event = jsonrpc.parse(line)
@@ -164,8 +177,9 @@ async def _answer(line: bytes, api_key: str, dispatcher: Dispatcher, authenticat
 
 
 class _Connection:
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, protocol_version: str | None) -> None:
         self.stream = stream
+        self.protocol_version = protocol_version
         self.reader = LineReader(stream, MAX_LINE_BYTES * 2)  # answers may be longer than requests
 
 
@@ -176,9 +190,13 @@ class SocketRelay:
         self._path = os.fspath(path)
         self._api_key = api_key
         self._idle: list[_Connection] = []
+        self._version: str | None = None  # what the host's initialize negotiated
 
     async def __call__(self, line: bytes) -> bytes | None:
         connection = self._idle.pop() if self._idle else None
+        if connection is not None and connection.protocol_version != self._version:
+            await self._discard(connection)  # opened before initialize: its hello lacks the revision
+            connection = None
         try:
             if connection is None:
                 connection = await self._connect()
@@ -196,7 +214,17 @@ class SocketRelay:
             await self._discard(connection)
             return relay_failure(line, reason_error("unavailable", f"the hyphae daemon ({self._path}) went away"))
         self._idle.append(connection)
+        if b'"initialize"' in line and answer:
+            self._learn_version(answer)
         return answer or None
+
+    def _learn_version(self, answer: bytes) -> None:
+        try:
+            response = json.loads(answer)
+        except ValueError:
+            return
+        if isinstance(response, dict) and (version := negotiated_version(response)) is not None:
+            self._version = version
 
     async def _connect(self) -> _Connection:
         # Not trio.open_unix_socket: it takes a Unix socket's EAGAIN for TCP's "in progress" and
@@ -217,8 +245,8 @@ class SocketRelay:
                 raise
             break
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(raw))
-        await stream.send_all(_hello(self._api_key))
-        return _Connection(stream)
+        await stream.send_all(_hello(self._api_key, self._version))
+        return _Connection(stream, self._version)
 
     @staticmethod
     async def _discard(connection: _Connection | None) -> None:

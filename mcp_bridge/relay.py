@@ -12,7 +12,8 @@ wrong into JSON-RPC the host understands, so the stdio loop never crashes:
                                            None otherwise
 
 The daemon authenticates the ``x-hyphae-key`` on every line, as it would for any HTTP
-client; the relay never sees a principal.
+client; the relay never sees a principal. Once the host's ``initialize`` is answered, every
+later line carries the negotiated ``MCP-Protocol-Version``, as an HTTP client's would.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from . import jsonrpc
+from .dispatch import negotiated_version
 from .errors import internal_error, reason_error
 from .jsonrpc import JsonRpcError
 
@@ -72,6 +74,9 @@ class HttpRelay:
         if not isinstance(body, dict) or not ("result" in body or "error" in body):
             logger.error("daemon answered %s with JSON that is not a JSON-RPC response", response.status_code)
             return self._error(event, internal_error())
+        initialize = isinstance(event, jsonrpc.RequestReceived) and event.method == "initialize"
+        if initialize and (version := negotiated_version(body)) is not None:
+            self._headers["mcp-protocol-version"] = version
         if body.get("id") is None and request_id is not None:
             # An HTTP-level refusal (401, 403, 413, ...) is sent before the daemon reads the id.
             body["id"] = request_id

@@ -3,7 +3,7 @@
 Tool arguments are checked by this checker (the subset the
 descriptors use: ``type`` (a name or a list), ``enum``, ``minimum``/``maximum``,
 ``minLength``/``maxLength``, ``format`` ``uuid``/``date-time``, ``properties``,
-``required``, ``additionalProperties: false``, ``items``, ``minItems``). It is
+``required``, ``additionalProperties: false``, ``items``, ``minItems``/``maxItems``). It is
 hand-rolled because the error text is agent-facing and must name the argument and say
 what was expected, and the product takes no ``jsonschema`` dependency for a dozen
 keywords; the tests hold the schemas, and results, to the real ``jsonschema``. JSON
@@ -20,9 +20,9 @@ import math
 import re
 from typing import Any
 
-__all__ = ["SchemaViolation", "conform", "expectation"]
+__all__ = ["SchemaViolation", "UUID_PATTERN", "conform", "expectation"]
 
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+UUID_PATTERN = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
@@ -59,7 +59,7 @@ def _is_rfc3339(text: str) -> bool:
     return True
 
 
-_FORMATS = {"uuid": lambda s: bool(_UUID.match(s)), "date-time": _is_rfc3339}
+_FORMATS = {"uuid": lambda s: bool(UUID_PATTERN.match(s)), "date-time": _is_rfc3339}
 
 
 def _type_matches(name: str, value: Any) -> bool:
@@ -116,6 +116,8 @@ def _expect_one(name: str, schema: dict[str, Any]) -> str:
         return _article(words)
     if name == "array":
         words = "non-empty array" if schema.get("minItems", 0) >= 1 else "array"
+        if "maxItems" in schema:
+            words += f" of at most {schema['maxItems']} items"
         if "items" in schema:
             words += " whose items are each " + expectation(schema["items"])
         return _article(words)
@@ -164,7 +166,7 @@ def conform(schema: dict[str, Any], value: Any, path: str = "") -> Any:
         if too_short or too_long or bad_format:
             raise SchemaViolation("invalid", path, expectation(schema))
     elif isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
+        if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
             raise SchemaViolation("invalid", path, expectation(schema))
         if "items" in schema:
             value = [conform(schema["items"], item, f"{path}[{i}]") for i, item in enumerate(value)]

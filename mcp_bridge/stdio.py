@@ -17,7 +17,10 @@ responses, and returns. If stdout is gone (the host closed the pipe) it returns 
 
 ``handle`` is whatever the caller supplies: ``Dispatcher.bind(principal)`` in-process, or
 ``HttpRelay`` to a running daemon; it takes one line and returns one encoded message or
-None.
+None. Unless ``subscriptions`` is off it is wrapped in :class:`~mcp_bridge.subscriptions.InboxWatch`,
+which answers ``resources/subscribe`` for the inbox and writes
+``notifications/resources/updated`` between responses (stdio can speak first; HTTP here
+cannot). At EOF the notifications stop once the last response is written.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import trio
 from . import jsonrpc
 from .errors import internal_error
 from .jsonrpc import INVALID_REQUEST, JsonRpcError
+from .subscriptions import POLL_SECONDS, InboxWatch
 
 __all__ = ["serve_stdio", "MAX_LINE_BYTES", "MAX_IN_FLIGHT"]
 
@@ -157,12 +161,19 @@ async def serve_stdio(
     stdin: Any = None,
     stdout: Any = None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    subscriptions: bool = True,
+    poll_seconds: float = POLL_SECONDS,
 ) -> None:
     """Serve newline-delimited JSON-RPC until EOF on ``stdin``.
 
     ``stdin``/``stdout`` are trio streams (``receive_some`` / ``send_all``); by default,
     streams over duplicates of file descriptors 0 and 1, closed again on return.
+    ``subscriptions`` adds inbox subscriptions, looked for every ``poll_seconds`` (a ``handle``
+    that already is an :class:`InboxWatch` is served as it is).
     """
+    if subscriptions and not isinstance(handle, InboxWatch):
+        handle = InboxWatch(handle, poll_seconds=poll_seconds)
+    watch = handle if isinstance(handle, InboxWatch) else None
     owned = []
     if stdin is None:
         stdin = _open_std_stream(0)
@@ -200,6 +211,15 @@ async def serve_stdio(
                 finally:
                     in_flight.release()
 
+            notifying = trio.CancelScope()
+            if watch is not None:
+
+                async def notify() -> None:
+                    with notifying:
+                        await watch.serve_notifications(write)
+
+                nursery.start_soon(notify)
+
             while True:
                 line = await reader.next_line()
                 if line is None:
@@ -212,6 +232,9 @@ async def serve_stdio(
                     continue
                 await in_flight.acquire()
                 nursery.start_soon(answer, line)
+            for _ in range(MAX_IN_FLIGHT):  # EOF: every answer is written, then notifying stops
+                await in_flight.acquire()
+            notifying.cancel()
     finally:
         for stream in owned:
             with trio.CancelScope(shield=True):

@@ -30,6 +30,7 @@ __all__ = [
     "TOOLS",
     "TOOLS_BY_NAME",
     "IDENTITY_ARGUMENTS",
+    "MAX_SUPERSEDES",
     "tool_descriptors",
     "get_tool",
     "validate_arguments",
@@ -43,6 +44,7 @@ __all__ = [
 # The descriptors
 
 IDENTITY_ARGUMENTS = frozenset({"source_agent", "tenant_id"})
+MAX_SUPERSEDES = 16  # cells one store may mark superseded
 
 
 def _obj(properties: dict[str, Any], required: tuple[str, ...] = (), *, closed: bool = False) -> dict[str, Any]:
@@ -105,7 +107,21 @@ _STORE_INPUT = _obj(
             closed=True,
         )
         | {"description": "Provenance back-reference: {kind, locator}."},
-        "metadata": {"type": "object", "default": {}, "description": "Structured metadata (a JSON object)."},
+        "metadata": {
+            "type": "object",
+            "properties": {
+                "supersedes": {
+                    "type": "array",
+                    "items": {"type": "string", "format": "uuid"},
+                    "maxItems": MAX_SUPERSEDES,
+                    "description": "The node_ids of the cells this one replaces; they stay as history, marked "
+                    "superseded.",
+                }
+            },
+            "default": {},
+            "description": "Structured metadata (a JSON object; any fields). metadata.supersedes lists the cells "
+            "this one replaces.",
+        },
         "idempotency_key": {
             "type": "string",
             "minLength": 1,
@@ -340,20 +356,22 @@ _DESCRIPTIONS = {
         "patterns and lessons as you make or learn them: one self-contained idea per cell, naming the project, "
         "file or component it is about. salience (0-1, default 0.5) sets how far it travels: use 0.8 or more "
         "for what other agents must not miss. source_ref points back at the evidence ({kind, locator}, e.g. "
-        "file and path:line). Reuse an idempotency_key when retrying, so a replay returns the original node_id "
+        "file and path:line). When this cell replaces earlier ones (a decision revised), list their node_ids in "
+        "metadata.supersedes (at most 16): the cells this one replaces; they stay as history, marked superseded. "
+        "Reuse an idempotency_key when retrying, so a replay returns the original node_id "
         "instead of a duplicate. Returns {node_id}."
     ),
     "recall": (
         "Find the k stored cells nearest in meaning to a query, among every cell you may read (layer L0), "
         "optionally only of some cell types or one project. Returns ids, not content: {results: [{node_id, "
-        "distance}]}, nearest first (smaller distance is closer). Content reaches you through your inbox, or "
-        "over the REST API (GET /v1/cells/{node_id})."
+        "distance}]}, nearest first (smaller distance is closer), and a resource_link per hit: read a "
+        "cell's content with resources/read on hyphae://cells/{node_id}."
     ),
     "query": (
         "Like recall, but against one semantic layer: L0 holds every cell, L1 durable knowledge promoted by use "
         "and salience, L2 summaries of finished scenes. Use L1 for the settled decisions and lessons of a "
         "project, L2 for what past work sessions concluded. Returns {results: [{node_id, distance}]}, nearest "
-        "first."
+        "first, and a resource_link per hit (resources/read on hyphae://cells/{node_id} gives the content)."
     ),
     "start_session": (
         "Open a working session in a project, together with a scene that groups what you store during it. Until "

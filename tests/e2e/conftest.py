@@ -356,11 +356,13 @@ class StdioSession:
 
 
 def tool_payload(response: dict[str, Any]) -> dict[str, Any]:
-    """The structuredContent of a successful tools/call, checked against its text block."""
+    """The structuredContent of a successful tools/call, checked against its text block (recall
+    and query add a resource_link per hit after it)."""
     assert "error" not in response, response
     result = response["result"]
     assert result["isError"] is False
-    (block,) = result["content"]
+    block, *links = result["content"]
+    assert all(link["type"] == "resource_link" for link in links)
     assert block["type"] == "text"
     assert json.loads(block["text"]) == result["structuredContent"]
     return result["structuredContent"]

@@ -16,7 +16,7 @@ import pytest
 
 from api.rest.rest import ROUTES
 
-from .conftest import DEADLINE, Daemon, add_agents, make_home, run_cli, start_daemon
+from .conftest import DEADLINE, Daemon, StdioSession, add_agents, make_home, run_cli, start_daemon, tool_payload
 
 SUPPORTED = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 LATEST = SUPPORTED[0]
@@ -208,6 +208,64 @@ def test_a_facade_error_is_a_json_rpc_error(http, key) -> None:
     assert "result" not in body  # not an isError content block
     assert body["error"]["code"] == -32004
     assert body["error"]["data"]["reason"] == "not_found" and body["error"]["data"]["field"] == "scene_id"
+
+
+def test_current_clients_get_a_link_per_hit_and_read_it_over_http(http, key) -> None:
+    content = "The HTTP reader follows its recall's links."
+    node_id = call(http, key, "store", {"content": content, "cell_type": "Fact"})["result"]["structuredContent"]["node_id"]
+    response = post_mcp(http, key, rpc("tools/call", {"name": "recall", "arguments": {"query": content, "k": 2}}),
+                        mcp_protocol_version=LATEST)
+    result = response.json()["result"]
+    text, *links = result["content"]
+    assert json.loads(text["text"]) == result["structuredContent"]
+    assert all(set(hit) == {"node_id", "distance"} for hit in result["structuredContent"]["results"])
+    assert links[0] == {"type": "resource_link", "uri": f"hyphae://cells/{node_id}", "name": node_id,
+                        "mimeType": "application/json", "title": "Fact cell", "description": content}
+    read = post_mcp(http, key, rpc("resources/read", {"uri": links[0]["uri"]}), mcp_protocol_version=LATEST)
+    [contents] = read.json()["result"]["contents"]
+    assert contents["mimeType"] == "application/json" and json.loads(contents["text"])["content"] == content
+
+
+@pytest.mark.parametrize("header, tool_error", [(LATEST, True), ("2025-06-18", False), (None, False)])
+def test_a_bad_argument_is_a_tool_error_from_2025_11_25_on(http, key, header, tool_error) -> None:
+    headers = {} if header is None else {"mcp_protocol_version": header}
+    body = post_mcp(http, key, rpc("tools/call", {"name": "recall", "arguments": {"query": "q", "k": 0}}), **headers)
+    assert body.status_code == 200
+    answer = body.json()
+    if tool_error:
+        assert answer["result"] == {"content": [{"type": "text", "text": "recall: argument 'k' must be an integer "
+                                                 "between 1 and 100"}], "isError": True}
+    else:
+        assert answer["error"]["code"] == -32602 and answer["error"]["data"]["field"] == "k"
+
+
+def test_http_offers_resources_and_prompts_but_no_subscriptions(http, key) -> None:
+    capabilities = post_mcp(http, key, rpc("initialize", {})).json()["result"]["capabilities"]
+    assert capabilities == {"tools": {"listChanged": False}, "resources": {"subscribe": False, "listChanged": False},
+                            "prompts": {"listChanged": False}}
+    refused = post_mcp(http, key, rpc("resources/subscribe", {"uri": "hyphae://inbox"})).json()
+    assert refused["error"]["code"] == -32601
+
+
+def test_a_stdio_host_subscribed_to_its_inbox_hears_of_new_diffs(node) -> None:
+    daemon, _ = node
+    keys = add_agents(daemon.home, "subscriber", "teller")
+    topic = "the release train leaves every other Wednesday"
+    session = StdioSession(daemon.home, keys["subscriber"])
+    try:
+        assert session.initialize()["capabilities"]["resources"]["subscribe"] is True
+        tool_payload(session.call("place_beacon", {"query": topic}))
+        assert session.request("resources/subscribe", {"uri": "hyphae://inbox"})["result"] == {}
+        with daemon.client(keys["teller"]) as rest:
+            stored = rest.post("/v1/cells", json={"content": topic.capitalize() + ".", "cell_type": "Decision"})
+            assert stored.status_code == 201, stored.text
+        # `hyphae mcp` looks every 2 s; DEADLINE is a hang guard, not a timing.
+        assert session.recv(DEADLINE) == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                                          "params": {"uri": "hyphae://inbox"}}
+        inbox = json.loads(session.request("resources/read", {"uri": "hyphae://inbox"})["result"]["contents"][0]["text"])
+        assert [diff["node_id"] for diff in inbox["diffs"]] == [stored.json()["node_id"]]
+    finally:
+        session.stop()
 
 
 # -- REST ---------------------------------------------------------------------------------

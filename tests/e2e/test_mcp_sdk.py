@@ -7,8 +7,8 @@ probe with a refusal: -32601 over stdio; over HTTP the probe carries ``MCP-Proto
 2026-07-28``, which is answered 400 before the method is read. (A server that ignored the
 probe would cost every connection the SDK's 10 s probe timeout; here that timeout is raised
 to an hour, so an unanswered probe trips the test's hang guard instead of being timed.) The
-older 1.x line, which most hosts still ship, gets its own connect/list/recall test in a
-throwaway virtualenv (cached under pytest's cache dir), since one environment cannot hold
+older 1.x line, which most hosts still ship, gets its own test (connect, list, store, recall,
+follow a resource_link, the prompts, a bad argument) in a throwaway virtualenv (cached under pytest's cache dir), since one environment cannot hold
 both majors.
 
 Both SDK scenarios run inside plain sync tests: pytest-trio owns ``async def`` tests, and
@@ -66,12 +66,53 @@ def sdk_node(tmp_path_factory) -> Any:
         daemon.stop()
 
 
+PROMPTS = {
+    "catch_up": {},
+    "check_team_history": {"topic": "where the build cache lives"},
+    "record_decision": {"decision": "Keep the build cache on NFS.", "rationale": "Every runner mounts it."},
+}
+
+
 def _payload(result: Any) -> dict[str, Any]:
-    """structuredContent of a successful call, checked against its one text block."""
+    """structuredContent of a successful call, checked against its text block (recall and
+    query add one resource_link per hit after it)."""
     assert result.is_error is False
-    assert len(result.content) == 1 and result.content[0].type == "text"
-    assert json.loads(result.content[0].text) == result.structured_content
+    text, *links = result.content
+    assert text.type == "text" and json.loads(text.text) == result.structured_content
+    assert all(link.type == "resource_link" for link in links)
     return result.structured_content
+
+
+async def _read_back(client: Client, node_id: str, content: str) -> None:
+    """Recall's resource_link for a hit, followed with resources/read, gives the cell."""
+    recalled = await client.call_tool("recall", {"query": content, "k": 3})
+    links = [block for block in recalled.content if block.type == "resource_link"]
+    assert len(links) == len(recalled.structured_content["results"])
+    link = links[0]
+    assert str(link.uri) == f"hyphae://cells/{node_id}" and content.startswith(link.description.rstrip("…"))
+    read = await client.read_resource(str(link.uri))
+    [contents] = read.contents
+    assert contents.mime_type == "application/json"
+    cell = json.loads(contents.text)
+    assert cell["node_id"] == node_id and cell["content"] == content
+
+    listed = await client.list_resources()
+    assert {"hyphae://inbox", "hyphae://beacons", f"hyphae://cells/{node_id}"} <= {str(r.uri) for r in listed.resources}
+    templates = await client.list_resource_templates()
+    assert {t.uri_template for t in templates.resource_templates} == {"hyphae://cells/{node_id}",
+                                                                      "hyphae://scenes/{scene_id}"}
+
+
+async def _prompts_and_a_bad_argument(client: Client) -> None:
+    prompts = await client.list_prompts()
+    assert [prompt.name for prompt in prompts.prompts] == list(PROMPTS)
+    for name, arguments in PROMPTS.items():
+        got = await client.get_prompt(name, arguments)
+        assert got.messages and got.messages[0].content.type == "text", name
+
+    bad = await client.call_tool("recall", {"query": "anything", "k": 1000})
+    assert bad.is_error is True  # SEP-1303: the model sees it and corrects its call
+    assert "argument 'k'" in bad.content[0].text
 
 
 async def _exercise(client: Client, daemon: Daemon, bob_key: str, tag: str) -> None:
@@ -99,6 +140,8 @@ async def _exercise(client: Client, daemon: Daemon, bob_key: str, tag: str) -> N
     assert set(recalled) == {"results"}
     assert recalled["results"][0]["node_id"] == node_id
     assert all(set(hit) == {"node_id", "distance"} for hit in recalled["results"])
+    await _read_back(client, node_id, content)
+    await _prompts_and_a_bad_argument(client)
 
     queried = _payload(await client.call_tool("query", {"query": content, "layer": "L0", "k": 3}))
     assert queried["results"][0]["node_id"] == node_id
@@ -229,9 +272,21 @@ _OLD_SDK_CLIENT = textwrap.dedent(
     async def use(session):
         init = await session.initialize()
         tools = await session.list_tools()
-        recalled = await session.call_tool("recall", {"query": "anything at all", "k": 3})
+        content = "The 1.x client reads what it recalls: " + str(time.monotonic())
+        stored = await session.call_tool("store", {"content": content, "cell_type": "Fact"})
+        recalled = await session.call_tool("recall", {"query": content, "k": 3})
+        links = [b for b in recalled.content if b.type == "resource_link"]
+        read = await session.read_resource(links[0].uri)
+        prompts = await session.list_prompts()
+        got = [await session.get_prompt(p.name, {a.name: "x" for a in p.arguments or [] if a.required})
+               for p in prompts.prompts]
+        bad = await session.call_tool("recall", {"query": "anything", "k": 1000})
         return {"version": init.protocolVersion, "tools": sorted(t.name for t in tools.tools),
-                "recall": recalled.structuredContent, "error": recalled.isError}
+                "recall": recalled.structuredContent, "error": recalled.isError,
+                "stored": stored.structuredContent["node_id"], "link": str(links[0].uri),
+                "read": json.loads(read.contents[0].text)["content"] == content,
+                "prompts": [p.name for p in prompts.prompts], "prompt_messages": [len(g.messages) for g in got],
+                "bad_is_error": bad.isError, "bad_text": bad.content[0].text}
 
     async def main():
         report = {}
@@ -311,5 +366,9 @@ def test_older_sdk_line_connects_and_recalls(sdk_node, request, tmp_path_factory
         assert report[transport]["tools"] == sorted(ANNOTATIONS)
         assert report[transport]["error"] is False
         assert isinstance(report[transport]["recall"]["results"], list)
+        assert report[transport]["link"] == f"hyphae://cells/{report[transport]['stored']}"
+        assert report[transport]["read"] is True
+        assert report[transport]["prompts"] == list(PROMPTS) and report[transport]["prompt_messages"] == [1, 1, 1]
+        assert report[transport]["bad_is_error"] is True and "argument 'k'" in report[transport]["bad_text"]
     # interpreter + SDK import + `hyphae mcp` start, both transports; `pytest -rP` shows it
     print(f"the 1.x SDK over both transports: {elapsed:.2f} s (stdio {report['stdio_seconds']:.2f} s)")

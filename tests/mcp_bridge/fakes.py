@@ -152,6 +152,24 @@ class FakeService:
         self._record("query", principal, query=query, layer=layer, k=k, cell_types=cell_types, project=project)
         return self._hits(query, k, cell_types, project, layer)
 
+    async def get_cell(self, principal: Principal, *, node_id: str) -> dict[str, Any]:
+        self._record("get_cell", principal, node_id=node_id)
+        cell = self.cells.get(node_id)
+        if cell is None:
+            raise errors.NotFound(f"no cell {node_id}", field="node_id")
+        return dict(cell)
+
+    async def list_cells(self, principal: Principal, *, limit: int | None = None,
+                         cursor: str | None = None) -> dict[str, Any]:
+        """Newest first; the cursor is how many cells the pages before held."""
+        self._record("list_cells", principal, limit=limit, cursor=cursor)
+        newest_first = list(reversed(self.cells.values()))
+        start = int(cursor) if cursor else 0
+        limit = limit or 50
+        page = newest_first[start:start + limit]
+        more = start + limit < len(newest_first)
+        return {"cells": [dict(cell) for cell in page], "next_cursor": str(start + limit) if more else None}
+
     # -- sessions and scenes ---------------------------------------------------------
 
     async def start_session(self, principal: Principal, *, project: str, title: str | None = None) -> dict[str, Any]:

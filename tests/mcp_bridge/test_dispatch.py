@@ -66,7 +66,11 @@ def test_supported_versions_are_listed_newest_first() -> None:
 
 async def test_initialize_declares_tools_server_info_and_instructions(dispatcher) -> None:
     result = (await request(dispatcher, "initialize", {"protocolVersion": "2025-06-18"}))["result"]
-    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["capabilities"] == {
+        "tools": {"listChanged": False},
+        "resources": {"subscribe": False, "listChanged": False},
+        "prompts": {"listChanged": False},
+    }
     assert result["serverInfo"]["name"] == "hyphae" and result["serverInfo"]["version"] == "1.2.3"
     assert result["instructions"] == INSTRUCTIONS
     for word in ("place_beacon", "pull_inbox", "inbox", "salience", "store", "start of a task"):
@@ -92,7 +96,7 @@ async def test_ping_answers_an_empty_result(dispatcher) -> None:
     assert await request(dispatcher, "ping", request_id="p") == {"jsonrpc": "2.0", "id": "p", "result": {}}
 
 
-@pytest.mark.parametrize("method", ["server/discover", "resources/list", "prompts/get", "logging/setLevel", ""])
+@pytest.mark.parametrize("method", ["server/discover", "resources/subscribe", "completion/complete", "logging/setLevel", ""])
 async def test_any_other_method_is_method_not_found_at_once(dispatcher, method) -> None:
     response = await request(dispatcher, method, {}, request_id=4)
     assert response["id"] == 4

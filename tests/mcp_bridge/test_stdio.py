@@ -345,8 +345,11 @@ async def test_a_body_that_is_not_json_rpc_becomes_an_internal_error() -> None:
     assert await relayed(relay, INITIALIZED) is None
 
 
-async def test_stdio_through_the_relay_to_the_daemons_app() -> None:
-    """The whole chain: stdio lines -> relay -> POST /mcp -> dispatcher -> facade, and back."""
+@pytest.mark.parametrize("revision", ["2025-11-25", "2025-06-18"])
+async def test_stdio_through_the_relay_to_the_daemons_app(revision) -> None:
+    """The whole chain: stdio lines -> relay -> POST /mcp -> dispatcher -> facade, and back. The
+    revision initialize negotiated travels with every later line, so a bad argument is a tool
+    execution error from 2025-11-25 on (SEP-1303) and -32602 before."""
     service = FakeService()
     app = make_mcp_app(Dispatcher(service, server_version="0"), service.authenticate)
 
@@ -356,12 +359,19 @@ async def test_stdio_through_the_relay_to_the_daemons_app() -> None:
         return httpx.Response(result.status, headers=result.headers, content=result.body)
 
     relay = HttpRelay(BASE, "key-alice", httpx.AsyncClient(transport=httpx.MockTransport(daemon)))
-    chunks = [rpc(1, "initialize", {}) + b"\n", INITIALIZED + b"\n",
+    # A host waits for initialize's answer before it sends anything else.
+    initialized = json.loads(await relay(rpc(1, "initialize", {"protocolVersion": revision})))
+    assert initialized["result"]["protocolVersion"] == revision
+    chunks = [INITIALIZED + b"\n",
               rpc(2, "tools/call", {"name": "store", "arguments": {"content": "hi", "cell_type": "Lesson"}}) + b"\n",
               rpc(3, "tools/call", {"name": "store", "arguments": {"content": "hi", "cell_type": "Lesson",
                                                                    "tenant_id": "other"}}) + b"\n"]
     by_id = {line["id"]: line for line in (await serve(relay, chunks)).lines()}
-    assert set(by_id) == {1, 2, 3}
+    assert set(by_id) == {2, 3}
     assert by_id[2]["result"]["structuredContent"]["node_id"]
-    assert by_id[3]["error"]["code"] == -32602
+    if revision == "2025-11-25":
+        assert by_id[3]["result"]["isError"] is True
+        assert "tenant_id" in by_id[3]["result"]["content"][0]["text"]
+    else:
+        assert by_id[3]["error"]["code"] == -32602
     assert [(method, principal) for method, principal, _ in service.calls] == [("store", ALICE)]

@@ -309,3 +309,21 @@ def test_the_checker_accepts_exactly_what_jsonschema_accepts(call) -> None:
     except JsonRpcError:
         accepted = False
     assert accepted == expected, json.dumps(arguments)
+
+
+def test_store_declares_metadata_supersedes_and_keeps_metadata_open() -> None:
+    store = tools.get_tool("store")
+    metadata = store.input_schema["properties"]["metadata"]
+    assert "additionalProperties" not in metadata  # any other metadata field is welcome
+    supersedes = metadata["properties"]["supersedes"]
+    assert supersedes == {**supersedes, "type": "array", "maxItems": 16,
+                          "items": {"type": "string", "format": "uuid"}}
+    assert "they stay as history, marked superseded" in supersedes["description"]
+    assert "metadata.supersedes" in store.description and "marked superseded" in store.description
+    ids = [f"6f9619ff-8b86-d011-b42d-00cf4fc964{i:02d}" for i in range(17)]
+    ok = tools.validate_arguments(store, {"content": "c", "cell_type": "Decision",
+                                          "metadata": {"supersedes": ids[:16], "ticket": "PAY-1"}})
+    assert ok["metadata"]["ticket"] == "PAY-1"
+    with pytest.raises(JsonRpcError) as raised:
+        tools.validate_arguments(store, {"content": "c", "cell_type": "Decision", "metadata": {"supersedes": ids}})
+    assert "argument 'metadata.supersedes' must be an array of at most 16 items" in raised.value.message

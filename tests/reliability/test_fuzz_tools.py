@@ -265,6 +265,11 @@ def test_every_tools_arguments_through_a_real_hyphae_mcp(tmp_path, fuzz_report) 
             if "error" in response:
                 reason = check_error(response["error"])
                 assert counts() == before, response
+            elif response["result"]["isError"]:  # SEP-1303: a bad argument under 2025-11-25
+                (block,) = response["result"]["content"]
+                assert block["type"] == "text" and block["text"].startswith(f"{tool_name}: "), response
+                assert counts() == before, response
+                reason = "tool_error"
             else:
                 tool_payload(response)
                 reason = "ok"

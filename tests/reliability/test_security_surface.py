@@ -99,7 +99,7 @@ def test_api_keys_never_reach_a_log_or_a_file(node) -> None:
     try:
         session.initialize()
         tool_payload(session.call("store", {"content": "Through stdio.", "cell_type": "Fact"}))
-        assert "error" in session.call("recall", {"query": ""})
+        assert session.call("recall", {"query": ""})["result"]["isError"] is True  # refused (SEP-1303)
     finally:
         session.stop()
     bad = StdioSession(daemon.home, unknown)  # refused at start: its complaint must not echo the key
