@@ -13,15 +13,19 @@ sha256 at load, since any other weights would silently move every vector out of 
 
 Speed comes from batching: texts are sorted by token count and cut into buckets, so each bucket is
 padded only to its own longest text and every dense layer is one matmul over all of its tokens.
+Each layer is computed in two halves (six heads, half the MLP units) whose partial sums add up to
+the layer's output, so a lone text can use two cores (``pair``, see pairing.py); the halves are
+always the same arithmetic, whichever threads run them, so a vector never depends on the load.
 Nothing here is mutated after load, so one instance serves any number of threads.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +52,7 @@ IMPLEMENTATION = "hyphae-numpy-1"  # bump whenever a change here can move a vect
 DIM = 384
 HEADS = 12
 HEAD_DIM = DIM // HEADS
+INTERMEDIATE = 1536
 LAYERS = 6
 LAYER_NORM_EPS = 1e-12
 MAX_SEQ_LENGTH = 256  # sentence-transformers' setting for this model
@@ -82,19 +87,38 @@ def builtin_weights_status() -> tuple[bool, str]:
 
 
 @dataclass(frozen=True)
-class _Layer:
-    """One encoder layer, with dense weights stored (in, out) so activations multiply on the left."""
+class _Half:
+    """Half of one encoder layer: six of its twelve heads and half of its MLP's 1536 units.
 
-    qkv_weight: np.ndarray  # (384, 1152): query, key and value fused into one matmul
+    Each half turns the layer's input into a partial sum of the attention output and of the MLP
+    output; the two partials add up to the full layer. The forward pass always works in halves, so
+    a vector is the same whether one thread runs both or two threads run one each.
+    Dense weights are stored (in, out) so activations multiply on the left.
+    """
+
+    qkv_weight: np.ndarray  # (384, 576): this half's query, key and value columns in one matmul
     qkv_bias: np.ndarray
-    attention_out_weight: np.ndarray
+    attention_out_weight: np.ndarray  # (192, 384): the rows fed by this half's heads
+    intermediate_weight: np.ndarray  # (384, 768)
+    intermediate_bias: np.ndarray
+    output_weight: np.ndarray  # (768, 384)
+
+
+@dataclass(frozen=True)
+class _Layer:
+    halves: tuple[_Half, _Half]
     attention_out_bias: np.ndarray
     attention_norm: tuple[np.ndarray, np.ndarray]
-    intermediate_weight: np.ndarray
-    intermediate_bias: np.ndarray
-    output_weight: np.ndarray
     output_bias: np.ndarray
     output_norm: tuple[np.ndarray, np.ndarray]
+
+
+Pair = Callable[[Callable[[], np.ndarray], Callable[[], np.ndarray]], tuple[np.ndarray, np.ndarray]]
+
+
+def _in_turn(first: Callable[[], np.ndarray], second: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The :data:`Pair` that runs both halves on the calling thread."""
+    return first(), second()
 
 
 def _layer_norm(x: np.ndarray, norm: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -127,14 +151,25 @@ def _gelu_inplace(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _feed_forward(x: np.ndarray, layer: _Layer) -> np.ndarray:
-    """The MLP, a slab of rows at a time, so its 1536-wide activations stay in cache."""
+def _attention(x: np.ndarray, half: _Half, key_bias: np.ndarray, batch: int, width: int) -> np.ndarray:
+    """This half's heads: their contribution to the attention output (before its bias)."""
+    heads = HEADS // 2
+    qkv = (x @ half.qkv_weight + half.qkv_bias).reshape(batch, width, 3, heads, HEAD_DIM)
+    query, key, value = qkv.transpose(2, 0, 3, 1, 4)  # each (batch, heads, width, head_dim)
+    scores = query @ key.transpose(0, 1, 3, 2) * np.float32(1 / math.sqrt(HEAD_DIM)) + key_bias
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    scores /= scores.sum(axis=-1, keepdims=True)
+    context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch * width, heads * HEAD_DIM)
+    return context @ half.attention_out_weight
+
+
+def _feed_forward(x: np.ndarray, half: _Half) -> np.ndarray:
+    """This half's MLP units, a slab of rows at a time, so their activations stay in cache."""
     out = np.empty_like(x)
     for start in range(0, len(x), FEED_FORWARD_ROWS):
         rows = slice(start, start + FEED_FORWARD_ROWS)
-        hidden = _gelu_inplace(x[rows] @ layer.intermediate_weight + layer.intermediate_bias)
-        np.matmul(hidden, layer.output_weight, out=out[rows])
-    out += layer.output_bias
+        hidden = _gelu_inplace(x[rows] @ half.intermediate_weight + half.intermediate_bias)
+        np.matmul(hidden, half.output_weight, out=out[rows])
     return out
 
 
@@ -142,8 +177,14 @@ class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings (384 dims, unit length) from numpy alone."""
 
     dim = DIM
+    works_in_halves = True  # embed() takes a ``pair`` to run each layer's halves on two cores
 
-    def __init__(self, tensors: dict[str, np.ndarray], tokenizer: WordPieceTokenizer, weights_sha256: str) -> None:
+    def __init__(
+        self,
+        tensors: dict[str, np.ndarray],
+        tokenizer: WordPieceTokenizer,
+        weights_sha256: str,
+    ) -> None:
         def dense(name: str) -> np.ndarray:
             return np.ascontiguousarray(tensors[f"{name}.weight"].T, dtype=np.float32)
 
@@ -163,16 +204,26 @@ class MiniLMEmbedder:
         for i in range(LAYERS):
             prefix = f"encoder.layer.{i}"
             attention = f"{prefix}.attention.self"
+            halves = []
+            for part in range(2):
+                heads = slice(part * DIM // 2, (part + 1) * DIM // 2)  # six heads of 32 dims
+                units = slice(part * INTERMEDIATE // 2, (part + 1) * INTERMEDIATE // 2)
+                qkv = ("query", "key", "value")
+                halves.append(
+                    _Half(
+                        qkv_weight=np.concatenate([dense(f"{attention}.{p}")[:, heads] for p in qkv], 1),
+                        qkv_bias=np.concatenate([vector(f"{attention}.{p}.bias")[heads] for p in qkv]),
+                        attention_out_weight=np.ascontiguousarray(dense(f"{prefix}.attention.output.dense")[heads]),
+                        intermediate_weight=np.ascontiguousarray(dense(f"{prefix}.intermediate.dense")[:, units]),
+                        intermediate_bias=vector(f"{prefix}.intermediate.dense.bias")[units].copy(),
+                        output_weight=np.ascontiguousarray(dense(f"{prefix}.output.dense")[units]),
+                    )
+                )
             self._layers.append(
                 _Layer(
-                    qkv_weight=np.concatenate([dense(f"{attention}.{part}") for part in ("query", "key", "value")], 1),
-                    qkv_bias=np.concatenate([vector(f"{attention}.{part}.bias") for part in ("query", "key", "value")]),
-                    attention_out_weight=dense(f"{prefix}.attention.output.dense"),
+                    halves=(halves[0], halves[1]),
                     attention_out_bias=vector(f"{prefix}.attention.output.dense.bias"),
                     attention_norm=norm(f"{prefix}.attention.output.LayerNorm"),
-                    intermediate_weight=dense(f"{prefix}.intermediate.dense"),
-                    intermediate_bias=vector(f"{prefix}.intermediate.dense.bias"),
-                    output_weight=dense(f"{prefix}.output.dense"),
                     output_bias=vector(f"{prefix}.output.dense.bias"),
                     output_norm=norm(f"{prefix}.output.LayerNorm"),
                 )
@@ -192,8 +243,13 @@ class MiniLMEmbedder:
         tokenizer = WordPieceTokenizer.from_file(Path(directory) / "vocab.txt", MAX_SEQ_LENGTH)
         return cls(parse_safetensors(buffer), tokenizer, digest)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit-length float32 vectors, one row per text, in input order."""
+    def embed(self, texts: Sequence[str], *, pair: Pair = _in_turn) -> np.ndarray:
+        """Unit-length float32 vectors, one row per text, in input order.
+
+        ``pair(first, second)`` runs the two halves of each layer and returns both results: by
+        default one after the other; a :class:`~node.embedding.pairing.Partner` runs them on two
+        cores. Either way the arithmetic, and so every vector, is the same.
+        """
         encoded = [self.tokenizer.encode(text) for text in check_texts(texts)]
         result = np.zeros((len(encoded), DIM), dtype=np.float32)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
@@ -210,26 +266,32 @@ class MiniLMEmbedder:
                 rows += 1
             bucket = order[start : start + rows]
             ids, mask = self.tokenizer.pad([encoded[i] for i in bucket])
-            result[bucket] = self._forward(ids, mask)
+            result[bucket] = self._forward(ids, mask, pair)
             start += rows
         return result
 
-    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _forward(self, ids: np.ndarray, mask: np.ndarray, pair: Pair) -> np.ndarray:
         batch, width = ids.shape
         x = self._word_embeddings[ids] + self._position_embeddings[:width] + self._token_type_embedding
         x = _layer_norm(x.reshape(batch * width, DIM), self._embedding_norm)
         # Padding keys get the most negative float32, as in transformers: exp() makes them exactly 0.
         key_bias = np.where(mask[:, None, None, :] > 0, 0, np.finfo(np.float32).min).astype(np.float32)
-        scale = np.float32(1 / math.sqrt(HEAD_DIM))
         for layer in self._layers:
-            qkv = (x @ layer.qkv_weight + layer.qkv_bias).reshape(batch, width, 3, HEADS, HEAD_DIM)
-            query, key, value = qkv.transpose(2, 0, 3, 1, 4)  # each (batch, heads, width, head_dim)
-            scores = query @ key.transpose(0, 1, 3, 2) * scale + key_bias
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            scores /= scores.sum(axis=-1, keepdims=True)
-            context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch * width, DIM)
-            x = _layer_norm(x + context @ layer.attention_out_weight + layer.attention_out_bias, layer.attention_norm)
-            x = _layer_norm(x + _feed_forward(x, layer), layer.output_norm)
+            first, second = layer.halves
+            a, b = pair(
+                functools.partial(_attention, x, first, key_bias, batch, width),
+                functools.partial(_attention, x, second, key_bias, batch, width),
+            )
+            a += b
+            a += layer.attention_out_bias
+            x = _layer_norm(x + a, layer.attention_norm)
+            a, b = pair(
+                functools.partial(_feed_forward, x, first),
+                functools.partial(_feed_forward, x, second),
+            )
+            a += b
+            a += layer.output_bias
+            x = _layer_norm(x + a, layer.output_norm)
         weights = mask.astype(np.float32)[:, :, None]
         pooled = (x.reshape(batch, width, DIM) * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return l2_normalise(pooled)
