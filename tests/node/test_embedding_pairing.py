@@ -142,3 +142,10 @@ def test_worker_gives_lone_and_concurrent_callers_the_same_vectors(
         assert np.abs(vector - expected[i]).max() <= 1e-6
     costs = worker.pairing.costs
     assert costs["paired"] is not None and costs["alone"] is not None  # the lone calls tried both ways
+
+
+def test_word_embeddings_are_used_in_place_from_the_mapped_file(model: MiniLMEmbedder) -> None:
+    # 47 MB of the 90: a read-only view of the memory-mapped weights, not a private copy.
+    words = model._word_embeddings
+    assert words.shape == (30522, 384) and words.dtype == np.float32
+    assert not words.flags.owndata and not words.flags.writeable
