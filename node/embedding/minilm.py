@@ -152,6 +152,16 @@ def _gelu_inplace(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _copy(*blocks: np.ndarray) -> np.ndarray:
+    """Weight blocks side by side in one new C-ordered float32 array (matmul's fastest layout)."""
+    out = np.empty((blocks[0].shape[0], sum(b.shape[1] for b in blocks)), dtype=np.float32)
+    start = 0
+    for block in blocks:
+        out[:, start : start + block.shape[1]] = block
+        start += block.shape[1]
+    return out
+
+
 def _attention(x: np.ndarray, half: _Half, key_bias: np.ndarray, batch: int, width: int) -> np.ndarray:
     """This half's heads: their contribution to the attention output (before its bias)."""
     heads = HEADS // 2
@@ -186,8 +196,9 @@ class MiniLMEmbedder:
         tokenizer: WordPieceTokenizer,
         weights_sha256: str,
     ) -> None:
-        def dense(name: str) -> np.ndarray:
-            return np.ascontiguousarray(tensors[f"{name}.weight"].T, dtype=np.float32)
+        def dense(name: str, rows: slice = slice(None), columns: slice = slice(None)) -> np.ndarray:
+            """A block of a dense layer's weight, as (in, out): a view; the caller makes the one copy."""
+            return tensors[f"{name}.weight"][columns, rows].T  # stored (out, in)
 
         def vector(name: str) -> np.ndarray:
             return np.array(tensors[name], dtype=np.float32)
@@ -214,12 +225,14 @@ class MiniLMEmbedder:
                 qkv = ("query", "key", "value")
                 halves.append(
                     _Half(
-                        qkv_weight=np.concatenate([dense(f"{attention}.{p}")[:, heads] for p in qkv], 1),
+                        # Straight from the mapped file into the one copy each: no full-size temporaries
+                        # left behind as heap holes in a process that lives for days.
+                        qkv_weight=_copy(*[dense(f"{attention}.{p}", columns=heads) for p in qkv]),
                         qkv_bias=np.concatenate([vector(f"{attention}.{p}.bias")[heads] for p in qkv]),
-                        attention_out_weight=np.ascontiguousarray(dense(f"{prefix}.attention.output.dense")[heads]),
-                        intermediate_weight=np.ascontiguousarray(dense(f"{prefix}.intermediate.dense")[:, units]),
+                        attention_out_weight=_copy(dense(f"{prefix}.attention.output.dense", rows=heads)),
+                        intermediate_weight=_copy(dense(f"{prefix}.intermediate.dense", columns=units)),
                         intermediate_bias=vector(f"{prefix}.intermediate.dense.bias")[units].copy(),
-                        output_weight=np.ascontiguousarray(dense(f"{prefix}.output.dense")[units]),
+                        output_weight=_copy(dense(f"{prefix}.output.dense", rows=units)),
                     )
                 )
             self._layers.append(
