@@ -14,6 +14,7 @@ import trio
 
 from node.embedding import HashedEmbedder, MiniLMEmbedder, minilm
 from node.embedding.pairing import PairingChoice, Partner
+from node.embedding.safetensors import parse_safetensors
 from node.embedding.worker import EmbeddingWorker
 
 ANCHOR = json.loads((Path(__file__).parent / "data" / "minilm_space_anchor.json").read_text(encoding="utf-8"))
@@ -144,8 +145,14 @@ def test_worker_gives_lone_and_concurrent_callers_the_same_vectors(
     assert costs["paired"] is not None and costs["alone"] is not None  # the lone calls tried both ways
 
 
-def test_word_embeddings_are_used_in_place_from_the_mapped_file(model: MiniLMEmbedder) -> None:
-    # 47 MB of the 90: a read-only view of the memory-mapped weights, not a private copy.
-    words = model._word_embeddings
-    assert words.shape == (30522, 384) and words.dtype == np.float32
-    assert not words.flags.owndata and not words.flags.writeable
+def test_word_embeddings_are_read_from_the_file_not_held(model: MiniLMEmbedder) -> None:
+    # 47 MB of the 90: rows read on demand, the same bytes as the table in the file.
+    rows = model._word_embeddings
+    assert isinstance(rows, minilm._FileRows) and rows.shape == (30522, 384)
+    directory = minilm.locate_builtin_weights()
+    assert directory is not None
+    table = parse_safetensors((directory / "model.safetensors").read_bytes())["embeddings.word_embeddings.weight"]
+    ids = np.array([[101, 7592, 0, 30521], [7592, 7592, 102, 0]])
+    np.testing.assert_array_equal(rows[ids], table[ids])
+    with pytest.raises(IndexError, match="outside the vocabulary"):
+        rows[np.array([[30522]])]
