@@ -98,9 +98,12 @@ print(json.dumps(info))
 
 
 def blas(python: str, setup: str = "") -> dict[str, Any] | str:
+    # The environment a server gets from the SDK (PATH, HOME, ...), not this harness's: here ``app``
+    # has already set one BLAS thread, which a peer's server would not inherit.
+    env = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
     try:
         done = subprocess.run([python, "-c", _BLAS_PROBE.format(setup=setup)], capture_output=True, text=True,
-                              timeout=60, check=True)  # fmt: skip
+                              timeout=60, check=True, env=env, cwd=Path(python).parent)  # fmt: skip
         return json.loads(done.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as error:
         return f"unknown ({type(error).__name__})"
