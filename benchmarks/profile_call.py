@@ -5,7 +5,8 @@
 Runs ``peers/profile_hyphae.py``'s session (SDK client -> ``hyphae mcp`` relay -> daemon, a fresh
 data dir, every memory stored then every query recalled once, each phase under ``py-spy record``
 of both processes), then splits each process's CPU per call (from ``/proc``) across stages by the
-share of on-CPU py-spy samples whose stack passes through that stage's code. A sample counts for
+share of on-CPU py-spy samples whose stack passes through that stage's code (samples of a thread
+blocked in a wait, which a loaded machine shows as runnable, are dropped first: see ``WAITS``). A sample counts for
 the first stage it matches, in the order below, from the innermost frame out; what matches none is
 "other". Wall time per call is the client's; wall minus the daemon's and the relay's CPU is time
 spent waiting (pipes, the other core, the scheduler of a shared machine).
@@ -39,7 +40,7 @@ from servers import Hyphae, HyphaeHashed
 # (stage, substrings of a frame "function (path)"): the first stage any frame matches, innermost first.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("embedding: tokenizer", ("tokenizer.py",)),
-    ("embedding: forward pass", ("minilm.py", "hashed.py")),
+    ("embedding: forward pass", ("minilm.py", "hashed.py", "numpy/")),
     ("embedding: queue, partner, waking", ("embedding/worker.py", "pairing.py")),
     ("SQLite: writes and commits", ("store/database.py", "store/diff_log.py", "sqlite3")),
     ("SQLite: reads", ("store/cells.py", "store/lexical.py", "store/beacons.py", "store/store.py")),
@@ -49,8 +50,21 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("MCP dispatch, tools, JSON", ("mcp_bridge/dispatch", "mcp_bridge/tools", "mcp_bridge/jsonrpc", "json/")),
     ("local socket and stdio framing", ("mcp_bridge/local.py", "mcp_bridge/stdio.py", "mcp_bridge/relay.py")),
     ("waking trio from threads", ("waking.py", "_wakeup_socketpair.py", "run_sync_soon")),
-    ("trio loop and I/O", ("trio/", "_core/", "selectors", "socket")),
+    ("trio loop and I/O", ("trio/", "selectors")),
 ]
+
+
+# Innermost frames of a thread blocked in a wait (a queue's get called from a thread's loop, a
+# Condition, an Event, epoll). py-spy leaves out threads it sees sleeping, but on a loaded machine a
+# thread just woken is runnable, not running, for a while and is sampled as busy; those samples are
+# no CPU, so they are dropped before the shares are taken.
+WAITS = ("Condition.wait", "Event.wait", "get_events", "_epoll_wait", "Partner._run", "EmbeddingWorker._run",
+         "Database._run", "SimpleQueue.get", "Queue.get")  # fmt: skip
+
+
+def _waiting(frames: list[str]) -> bool:
+    name = frames[-1].split(" (")[0]
+    return any(name == wait or name.endswith("." + wait) for wait in WAITS)
 
 
 def _stage(frames: list[str]) -> str:
@@ -68,7 +82,7 @@ def stages(path: Path) -> dict[str, float]:
         for line in path.read_text().splitlines():
             stack, _, n = line.rpartition(" ")
             frames = stack.split(";")[1:]  # the first is the thread
-            if frames:
+            if frames and not _waiting(frames):
                 counts[_stage(frames)] += int(n)
     total = sum(counts.values()) or 1
     return {stage: n / total for stage, n in counts.items()}
