@@ -9,8 +9,9 @@ at once. One worker per core: numpy releases the GIL inside the matrix products.
 A batch that finds the other workers idle may also use a second core for its own matrix
 products, through a :class:`~node.embedding.pairing.Partner` (for an embedder that works in
 halves, like MiniLM), when :class:`~node.embedding.pairing.PairingChoice` has seen that it pays on
-this machine now. Each half-step asks again, so a batch that another worker joins mid-way stops
-handing halves over at once and concurrent calls keep one core each.
+this machine now. Each half-step asks again, so a batch that another worker joins mid-way (or
+that sees requests waiting for one) stops handing halves over at once, and concurrent calls
+keep one core each.
 
 A caller whose next step is another thread's work (a store: embed, then commit) passes
 that step as ``then``: the worker runs it with the vectors and the caller's waker, so the
@@ -127,14 +128,14 @@ class EmbeddingWorker:
 
     def _pair(self, first: Callable[[], np.ndarray], second: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         assert self._partner is not None
-        if self._busy > 1:  # another worker has a batch now: its core is taken
+        if self._busy > 1 or not self._queue.empty():  # the other core has, or is about to have, a batch
             return first(), second()
         return self._partner.pair(first, second)
 
     def _vectors(self, texts: list[str]) -> np.ndarray:
         with self._busy_lock:
             self._busy += 1
-            alone = self._busy == 1
+            alone = self._busy == 1 and self._queue.empty()
         try:
             if self._partner is None or not alone:
                 return self.embedder.embed(texts)
