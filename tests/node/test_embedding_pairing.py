@@ -156,3 +156,30 @@ def test_word_embeddings_are_read_from_the_file_not_held(model: MiniLMEmbedder) 
     np.testing.assert_array_equal(rows[ids], table[ids])
     with pytest.raises(IndexError, match="outside the vocabulary"):
         rows[np.array([[30522]])]
+
+
+def test_worker_hands_no_half_over_while_another_batch_runs_or_waits(model: MiniLMEmbedder) -> None:
+    worker = EmbeddingWorker(model, threads=0, pairing=True)  # no worker threads: the queue stays as put
+    handed: list[str] = []
+
+    class Recording:
+        def pair(self, first, second):
+            handed.append("partner")
+            return first(), second()
+
+        def close(self) -> None:
+            pass
+
+    real, worker._partner = worker._partner, Recording()
+    try:
+        worker._busy = 1
+        assert worker._pair(lambda: 1, lambda: 2) == (1, 2) and handed == ["partner"]  # alone: pairs
+        worker._busy = 2  # the other worker has a batch: its core is taken
+        assert worker._pair(lambda: 1, lambda: 2) == (1, 2) and handed == ["partner"]
+        worker._busy = 1
+        worker._queue.put(None)  # something waits for the other worker
+        assert worker._pair(lambda: 1, lambda: 2) == (1, 2) and handed == ["partner"]
+    finally:
+        worker._busy = 0
+        worker._partner = real
+        worker.close()
