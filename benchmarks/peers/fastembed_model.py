@@ -24,12 +24,17 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import shutil
 import struct
 import sys
 from pathlib import Path
 
-import app  # noqa: F401  (first: one BLAS thread per operation, as in the daemon)
+# One BLAS thread, as in the daemon, set before numpy loads. Not by importing Hyphae's ``app``:
+# this runs with the peer's Python, where Hyphae is not installed.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 import numpy as np
 
 HF_REPO = "Qdrant/all-MiniLM-L6-v2-onnx"  # fastembed's source for sentence-transformers/all-MiniLM-L6-v2

@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench import measure, scale, two_writers  # noqa: E402
-from servers import PEERS, Hyphae, run  # noqa: E402
+from servers import PEERS, Hyphae, HyphaeBase, run  # noqa: E402
 from workload import load_workload  # noqa: E402
 
 PARTS = ("perf", "writers", "federation", "scale")
@@ -69,7 +69,44 @@ def machine() -> dict[str, Any]:
     return {
         "nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(), "node": version(["node", "--version"]),
         "mcp_sdk": dist_version("mcp"), "platform": platform.platform(), "uptime": version(["uptime"]),
+        "hyphae_blas": blas(sys.executable, "import app"),
     }  # fmt: skip
+
+
+# What decides an embedding's speed besides the CPU: the BLAS build, the kernel it picked for this CPU,
+# and its thread count, as a server's own Python sees them (Hyphae: after ``app`` set its one thread).
+_BLAS_PROBE = """
+import json, os
+{setup}
+import numpy
+info = {{"numpy": numpy.__version__, "env": {{k: os.environ.get(k) for k in
+        ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}}}
+try:
+    from threadpoolctl import threadpool_info
+    info["pools"] = [{{k: p.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}}
+                     for p in threadpool_info()]
+except ImportError:
+    blas = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    info["pools"] = [{{"internal_api": blas.get("name"), "version": blas.get("version")}}]
+try:
+    import onnxruntime
+    info["onnxruntime"] = onnxruntime.__version__  # fastembed leaves intra-op threads at ORT's default: one per core
+except ImportError:
+    pass
+print(json.dumps(info))
+"""
+
+
+def blas(python: str, setup: str = "") -> dict[str, Any] | str:
+    # The environment a server gets from the SDK (PATH, HOME, ...), not this harness's: here ``app``
+    # has already set one BLAS thread, which a peer's server would not inherit.
+    env = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
+    try:
+        done = subprocess.run([python, "-c", _BLAS_PROBE.format(setup=setup)], capture_output=True, text=True,
+                              timeout=60, check=True, env=env, cwd=Path(python).parent)  # fmt: skip
+        return json.loads(done.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as error:
+        return f"unknown ({type(error).__name__})"
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -149,6 +186,15 @@ def scale_table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> s
 def ratios(results: dict[str, dict[str, Any]]) -> list[str]:
     h, ref = results.get("hyphae"), results.get("reference")
     lines = []
+    # Same model on both sides (all-MiniLM-L6-v2): the issue's targets, measured in this one run.
+    for name, targets in (("qdrant", (1.5, 1.2)), ("hyphae-base", (None, None))):
+        other = results.get(name)
+        if h and other and "error" not in h and "error" not in other:
+            store = h["store"]["per_s"] / other["store"]["per_s"]
+            search = h["search_first_pass"]["per_s"] / other["search_first_pass"]["per_s"]
+            aim = f" (targets >= {targets[0]}x / >= {targets[1]}x)" if targets[0] else ""
+            lines.append(f"Hyphae / {name}: stores/s {store:.2f}x, new-query searches/s {search:.2f}x{aim}; "
+                         f"hit@5 {h['quality']['hit@5']:.2f} vs {other['quality']['hit@5']:.2f}")  # fmt: skip
     # What 5x the reference would need against what the client lets any server reach, and what
     # Hyphae reaches when embedding costs next to nothing.
     for name, reading in (("floor", "the most any server can reach through this client"),
@@ -176,6 +222,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyphae-peers")
     parser.add_argument("--reinstall", action="store_true")
     parser.add_argument("--hyphae-rev", default="HEAD", help="commit of Hyphae to measure, or 'worktree' for the checkout")
+    parser.add_argument("--base-rev", help="also measure Hyphae at this commit (as 'hyphae-base'), interleaved: before/after")
     parser.add_argument("--filler", type=int, help="synthetic memories stored before the set (default 0 quick, 759 full)")
     parser.add_argument("--rounds", type=int, help="perf rounds, interleaved across servers; medians reported "
                         "(default 1 quick, 3 full)")
@@ -203,6 +250,8 @@ def main() -> None:
 
     peers = {name: PEERS[name](args.work, args.hyphae_rev) if issubclass(PEERS[name], Hyphae) else PEERS[name](args.work)
              for name in names}  # fmt: skip
+    if args.base_rev:
+        peers["hyphae-base"] = HyphaeBase(args.work, args.base_rev)
     for name, peer in peers.items():
         print(f"# installing {name} ...", file=sys.stderr)
         try:
@@ -211,6 +260,7 @@ def main() -> None:
                                      "install_s": round(seconds, 1)}  # fmt: skip
             if name == "qdrant":
                 report["peers"][name]["fastembed_vs_hyphae_max_abs_diff"] = peer.check_model()
+                report["peers"][name]["blas"] = blas(peer.python())
         except Exception as error:  # noqa: BLE001 - one peer that cannot install does not stop the rest
             report["peers"][name] = {"label": peer.label, "install_error": str(error)[-2000:]}
             print(f"# {name} did not install: {error}", file=sys.stderr)
@@ -288,6 +338,9 @@ def main() -> None:
 
 def render(report: dict[str, Any], labels: dict[str, str]) -> str:
     lines = [f"Command: `{report['command']}`", f"Machine: {report['machine']}", ""]
+    for name, peer in report["peers"].items():
+        if "blas" in peer:
+            lines += [f"{name} BLAS: {peer['blas']}", ""]
     if "perf" in report:
         lines += [perf_table(report["perf"], labels), "", *ratios(report["perf"]), ""]
     if "writers" in report:

@@ -254,6 +254,17 @@ class HyphaeHashed(Hyphae):
     embedder = "hashed"
 
 
+class HyphaeBase(Hyphae):
+    """Hyphae at another commit (``run.py --base-rev``), measured in the same run: a before/after
+    pair whose ratio holds on a busy machine where absolute figures do not."""
+
+    name = "hyphae-base"
+
+    def __init__(self, work: Path, rev: str) -> None:
+        super().__init__(work, rev)
+        self.label = f"Hyphae (base) {rev}"
+
+
 _HYPHAE_TYPES = {kind.lower(): kind for kind in
                  ("Decision", "Constraint", "Risk", "Pattern", "Lesson", "Fact", "Preference", "Context", "Task")}  # fmt: skip
 

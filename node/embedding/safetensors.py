@@ -3,13 +3,14 @@
 The format is deliberately trivial: 8 bytes of little-endian header length, a JSON header mapping
 each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets relative to the
 end of the header), then the raw little-endian tensor bytes. Arrays returned here are read-only
-views into the given buffer; nothing is copied.
+views into the given buffer (bytes, or a read-only memory map of the file); nothing is copied.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import mmap
 import struct
 
 import numpy as np
@@ -23,7 +24,7 @@ _DTYPES = {
 }  # fmt: skip
 
 
-def parse_safetensors(buffer: bytes) -> dict[str, np.ndarray]:
+def parse_safetensors(buffer: bytes | mmap.mmap) -> dict[str, np.ndarray]:
     """Every tensor in a safetensors file's bytes, by name; ValueError if the file is malformed."""
     if len(buffer) < 8:
         raise ValueError("safetensors: file shorter than its 8-byte header length")
