@@ -16,7 +16,7 @@ from app.mesh_link import MeshLink
 from mesh import events as ev
 from mesh.identity import NodeIdentity
 from mesh.wire import CellPayload
-from node.config import write_initial_config
+from node.config import DEFAULT_CONFLICT_COS, write_initial_config
 from node.embedding import HashedEmbedder
 from tests.node.helpers import rejected, second_tenant_key, store
 
@@ -235,6 +235,41 @@ async def test_two_agents_close_rulings_in_one_project_tell_both_authors(service
     await store(service, bob, "the orders table is sharded by customer id", "Fact", project="shop")
     await store(service, alice, "the orders table is sharded by customer id", "Decision", project="shop")
     assert len(await inbox(service, alice)) == 1
+
+
+SMALL_PAYOUTS = "Payouts below EUR {} are rolled into the next day's payout instead of being sent, to avoid bank fees."
+
+
+async def test_at_the_default_threshold_a_changed_value_is_told_and_a_neighbour_or_restatement_is_not(
+    semantic_service,
+):
+    """The default chosen on benchmarks/data/conflicts.json, with the built-in model: the same
+    ruling with one value changed warns both authors; a ruling of the same area that can stand
+    beside it, and the ruling restated in other words, warn nobody."""
+    node = semantic_service
+    assert node.config.conflict_cos == DEFAULT_CONFLICT_COS
+    sam, _ = await node.add_agent("sam", ["payouts"])
+    ines, _ = await node.add_agent("ines", ["payouts"])
+    lin, _ = await node.add_agent("lin", ["payouts"])
+    one_euro = await store(node, sam, SMALL_PAYOUTS.format("1.00"), "Decision", project="payouts")
+    await store(
+        node, ines, "A merchant's payout is held while their negative-balance reserve is below the required "
+        "minimum; payout-scheduler retries the next business day.", "Decision", project="payouts",
+    )  # fmt: skip
+    await store(
+        node, lin, "We don't send payouts smaller than one euro; they roll into tomorrow's batch so fees never "
+        "exceed the amount.", "Constraint", project="payouts",
+    )  # fmt: skip
+    assert await inbox(node, sam) == [] and await inbox(node, ines) == [] and await inbox(node, lin) == []
+
+    five_euros = await store(node, ines, SMALL_PAYOUTS.format("5.00"), "Decision", project="payouts")
+    assert [(d["node_id"], d["kind"], d["related"]) for d in await inbox(node, sam)] == [
+        (five_euros, "possible_conflict", one_euro)
+    ]
+    assert [(d["node_id"], d["kind"], d["related"]) for d in await inbox(node, ines)] == [
+        (one_euro, "possible_conflict", five_euros)
+    ]
+    assert await inbox(node, lin) == []
 
 
 # -- stale sources ---------------------------------------------------------------------------------------
