@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .cells import Cell
+from .config import DEFAULT_CONFLICT_COS
 from .delivery import BeaconBook, CellFacts
 from .energy import EnergyModel
 from .layers import LayerSet
@@ -30,7 +31,7 @@ __all__ = ["CellWrites"]
 class CellWrites:
     def __init__(
         self, store: Store, layers: LayerSet, beacons: BeaconBook, energy: EnergyModel, clock: Callable[[], int],
-        *, conflict_cos: float = 0.9,
+        *, conflict_cos: float = DEFAULT_CONFLICT_COS,
     ) -> None:
         self._cells = store.cells
         self._members = store.members
