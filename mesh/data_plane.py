@@ -18,8 +18,8 @@ for when no other copy comes (:mod:`mesh.lazy`: IHAVE, GRAFT, and prunes riding 
 A cell that supersedes others (:mod:`mesh.lifecycle`) also goes where each of them went: its
 origin adds the targets each superseded cell it holds would be routed to, and that cell's own
 origin; a relay adds each one's relay targets (a walk hop among them spends the new diff's
-budget). Every holder of the old cell is sent the new one, once. A cell whose tombstone (by its origin) we
-hold is not logged, handed to the node or relayed, whichever came first.
+budget). Every holder of the old cell is sent the new one, once. A cell whose tombstone (by its
+origin) we hold is not logged, handed to the node or relayed, whichever came first.
 
 What a peer going dead leaves in its queue is owed to it (:class:`mesh.repair.Owed`) and
 offered again when it comes back. Every frame goes out through
@@ -49,8 +49,8 @@ __all__ = ["DataPlane"]
 _ACKS_HELD = 64  # delayed acks for one peer beyond this go at once
 _GRAFT_UNKNOWN = "graft_unknown"  # a graft for a diff we no longer keep (or never announced)
 _KIND_NAMES = {kind: kind.name.lower() for kind in DiffKind}  # counters' keys (looked up per diff accepted)
-_RECEIPTS_KEPT = 1 << 16
-_CHAIN_CELLS = 64  # cells a superseding cell's routing looks at, down its chain of revisions  # data diffs received, newest kept: where each origin's span of a have-set starts
+_RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
+_CHAIN_CELLS = 64  # cells a superseding cell's routing looks at, down its chain of revisions
 
 
 class DataPlane:
