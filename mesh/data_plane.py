@@ -17,9 +17,9 @@ for when no other copy comes (:mod:`mesh.lazy`: IHAVE, GRAFT, and prunes riding 
 
 A cell that supersedes others (:mod:`mesh.lifecycle`) also goes where each of them went: its
 origin adds the targets each superseded cell it holds would be routed to, and that cell's own
-origin; a relay adds each one's relay targets (known interest only, never a walk hop). Every
-holder of the old cell is sent the new one, once. A cell whose tombstone (by its origin) we
-hold is not logged, handed to the node or relayed, whichever came first.
+origin; a relay adds each one's relay targets (a walk hop among them spends the new diff's
+budget). Every holder of the old cell is sent the new one, once. A cell whose tombstone (by its
+origin) we hold is not logged, handed to the node or relayed, whichever came first.
 
 What a peer going dead leaves in its queue is owed to it (:class:`mesh.repair.Owed`) and
 offered again when it comes back. Every frame goes out through
@@ -49,8 +49,8 @@ __all__ = ["DataPlane"]
 _ACKS_HELD = 64  # delayed acks for one peer beyond this go at once
 _GRAFT_UNKNOWN = "graft_unknown"  # a graft for a diff we no longer keep (or never announced)
 _KIND_NAMES = {kind: kind.name.lower() for kind in DiffKind}  # counters' keys (looked up per diff accepted)
-_RECEIPTS_KEPT = 1 << 16
-_CHAIN_CELLS = 64  # cells a superseding cell's routing looks at, down its chain of revisions  # data diffs received, newest kept: where each origin's span of a have-set starts
+_RECEIPTS_KEPT = 1 << 16  # data diffs received, newest kept: where each origin's span of a have-set starts
+_CHAIN_CELLS = 64  # cells a superseding cell's routing looks at, down its chain of revisions
 
 
 class DataPlane:
@@ -95,25 +95,30 @@ class DataPlane:
         self.store.put(diff, state.now)
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
-        extra = self._superseded_targets(wire, cell, None)
+        extra, _ = self._superseded_targets(wire, cell, None)
         targets = self.router.origin_targets(wire, cell, state.now) | extra
         if told := self._told(sorted(targets), b""):
             wire = wire.routed(wire.hops, wire.ttl, told)
         for peer_id in targets:
             self.enqueue(peer_id, wire, e0)
 
-    def _superseded_targets(self, diff: Diff, cell: CellPayload, sender: str | None) -> set[str]:
-        """Where the cells ``cell`` supersedes, those we hold, would go from here: as their origin
+    def _superseded_targets(
+        self, diff: Diff, cell: CellPayload, sender: str | None
+    ) -> tuple[set[str], frozenset[str]]:
+        """Where the cells ``cell`` supersedes, those we hold, went from here: as their origin
         (``sender`` None: their routing targets and their origins) or as a relay (their relay
         targets), each with the cells it superseded in turn (a chain of revisions: the holders of
-        the first were sent the second), at most ``_CHAIN_CELLS`` cells in all. Known interest
-        only: a walk hop for an old cell would be a copy no holder asked for. Asked before the new
-        cell's own targets, so the router's walk hops are the new cell's."""
+        the first were sent the second), at most ``_CHAIN_CELLS`` cells in all; and which of those
+        are walk hops (partial view: a steered walk goes the same way for the same cell, and spends
+        the new diff's budget, so it ends where the old cell's did). Asked before the new cell's
+        own targets, which leave the router's walk hops as the new cell's."""
         ids = supersedes(cell.metadata, cell.node_id)
         if ids is None:
             self.counters.supersedes_ignored += 1
-            return set()
+            return set(), frozenset()
         out: set[str] = set()
+        walked: set[str] = set()
+        known: set[str] = set()  # a known interest of one old cell is not a walk hop
         router, now = self.router, self.state.now
         todo, seen = list(ids), {cell.node_id, *ids}
         while todo and len(seen) <= _CHAIN_CELLS:
@@ -122,16 +127,20 @@ class DataPlane:
                 continue
             old = ref.payload
             if sender is None:
-                out |= router.origin_targets(diff, old, now) - router.walked
-                out.add(ref.origin)
+                found = router.origin_targets(diff, old, now)
             else:
-                out |= router.relay_targets(diff, old, sender, now) - router.walked
+                found = router.relay_targets(diff, old, sender, now)
+            out |= found
+            walked |= router.walked
+            known |= found - router.walked
+            if sender is None:
+                out.add(ref.origin)
             for older in supersedes(old.metadata, old.node_id) or ():
                 if older not in seen:
                     seen.add(older)
                     todo.append(older)
         out.discard(self.state.node_id)
-        return out
+        return out, frozenset(walked - known)
 
     def push_tombstone(self, cell_id: str, tenant_id: str) -> None:
         """A cell forgotten here: the tombstone goes where the cell went (and to its origin),
@@ -146,7 +155,7 @@ class DataPlane:
         cell = ref.payload
         e0 = self.energy.initial(cell.salience, cell.cell_type)
         wire = diff.routed(hops=1, ttl=self.energy.hop_budget(e0) - 1)
-        extra = self._superseded_targets(wire, cell, None)  # it went to the holders of what it superseded
+        extra, _ = self._superseded_targets(wire, cell, None)  # it went to the holders of what it superseded
         targets = self.router.origin_targets(wire, cell, state.now) | extra
         if ref.origin != state.node_id:
             targets.add(ref.origin)
@@ -345,8 +354,11 @@ class DataPlane:
 
     def _relay(self, diff: Diff, cell: CellPayload, sender: Peer) -> None:
         router, now = self.router, self.state.now
-        extra = self._superseded_targets(diff, cell, sender.node_id)  # a cell's tombstone goes where the cell went
-        targets = router.relay_targets(diff, cell, sender.node_id, now) | extra
+        extra, old_walks = self._superseded_targets(diff, cell, sender.node_id)  # (a tombstone's: its cell's)
+        own = router.relay_targets(diff, cell, sender.node_id, now)
+        targets = own | extra
+        if old_walks:  # the old cells' walk hops spend this diff's budget too (unless the new cell's interest)
+            router.walked = router.walked | (old_walks - (own - router.walked))
         if not targets:
             return
         e0 = self.energy.initial(cell.salience, cell.cell_type)

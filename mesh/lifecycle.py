@@ -20,7 +20,7 @@ in its log, and the simulator's and tests' cells are named ``cell-N``.
 
 **Order.** Nothing here depends on the order diffs arrive in. A tombstone that comes before
 its cell is logged and handed to the node; the cell that follows is neither handed over nor
-logged nor relayed (:meth:`mesh.memory.DiffLog.forgotten_by`). A superseding cell that comes
+logged nor relayed (:meth:`mesh.memory.DiffLog.forgotten`). A superseding cell that comes
 before the one it replaces is simply delivered; the node keeps the link and applies it when
 the old cell arrives. For every order to end in the same state, a link made by a cell that is
 later forgotten is void: a node that received the tombstone first never learns the link, so

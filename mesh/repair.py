@@ -18,11 +18,12 @@ within one cycle through the live peers. The responder scans at most ``repair_sc
 older than the beacon are not sent.
 
 Tombstones are offered to every requester, whatever its beacons: they carry no content
-(about 100 bytes), and once the forgotten cell's vector is erased no beacon could be matched
-against it, yet a node that was away when the cell was forgotten may hold it. A team is one
-tenant (:mod:`mesh.team`), so every requester is of the tombstone's tenant. The marks and
-the requester's have-set send each one at most once per requester and holder asked. A cell
-whose tombstone by its origin we hold is never sent. A cell that supersedes others
+(about 240 bytes with the signature), and once the forgotten cell's vector is erased no
+beacon could be matched against it, yet a node that was away when the cell was forgotten may
+hold it. A team is one tenant (:mod:`mesh.team`), so every requester is of the tombstone's
+tenant. The marks and the requester's have-set send each one at most once per requester and
+holder asked (about 1.7 per node per forget under 10 % loss, BENCHMARKS.md). A cell whose
+tombstone by its origin we hold is never sent. A cell that supersedes others
 (:mod:`mesh.lifecycle`) is sent to a requester whose beacons accept it or any of the cells
 it supersedes that we hold: the holders of an old cell are those its beacons took it to.
 

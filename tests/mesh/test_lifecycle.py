@@ -21,6 +21,7 @@ from mesh.events import (
     CellForgotten,
     CellStored,
     FrameReceived,
+    PeerDiscovered,
     SendFrame,
     Started,
 )
@@ -35,7 +36,7 @@ from mesh.lifecycle import (
     supersedes,
 )
 from mesh.team import AUTH_SIGNED, FrameAuth, Team
-from mesh.testing import Host, LinkConditions, make_engine
+from mesh.testing import Host, LinkConditions, VirtualNetwork, make_engine
 from mesh.wire import (
     CellPayload,
     Envelope,
@@ -293,3 +294,25 @@ def test_a_forget_reaches_a_node_that_was_away_by_repair_without_the_cells_vecto
     mesh.run(60_000)
     assert mesh["carol"].statuses() == {"d1": FORGOTTEN}
     assert np.all([mesh[n].statuses().get("d1") in (None, FORGOTTEN) for n in ("alice", "bob", "dave")])
+
+
+def test_in_the_partial_view_a_superseding_cell_follows_the_old_cells_walk():
+    """a - b, and b's two other neighbours c and x, wanting neither cell but each the nearest to one:
+    d1 walks a -> b -> c; d2, elsewhere, walks a -> b -> x; b also sends d2 where d1 walked."""
+    net = VirtualNetwork(seed=4)
+    team = Team.create()
+    for name in ("a", "b", "c", "x"):
+        net.add(make_engine(name, team, ENERGY, seed=4, view="partial", interest_radius=1, interest_offers=0))
+    net.start()
+    for name, before in (("b", "a"), ("c", "b"), ("x", "b")):
+        net.inject(name, PeerDiscovered(before))
+    net.inject("c", BeaconPlaced(beacon(unit(401), agent="reader-c")))
+    net.inject("x", BeaconPlaced(beacon(unit(402), agent="reader-x")))
+    net.run_for(30_000)
+    net.inject("a", CellStored(cell(near(unit(401), 0.5), cid="d1", at=net.now)))  # below c's threshold
+    net.run_for(5_000)
+    assert {n for n in "bcx" if "d1" in net.hosts[n].cells} == {"b", "c"}  # the walk's path, no interest
+    net.inject("a", CellStored(superseding(near(unit(402), 0.5), "d1", cid="d2", at=net.now)))
+    net.run_for(5_000)
+    assert {n for n in "bcx" if "d2" in net.hosts[n].cells} == {"b", "c", "x"}
+    assert net.hosts["c"].statuses() == {"d1": SUPERSEDED, "d2": ACTIVE}
