@@ -143,7 +143,7 @@ def answer_repair(
         scanned.append((lsn, diff))
     if not scanned:
         return RepairAnswer([], last_considered, more)
-    wanted = _matching(scanned, store, beacons, requester, grace_ms, energy, now) if beacons else set()
+    wanted = _matching(scanned, store, beacons, requester, grace_ms, energy, now)
     out: list[Diff] = []
     size = 0
     upto = since
@@ -161,19 +161,19 @@ def _matching(
     scanned: list[tuple[int, Diff]], store: DiffLog, beacons: list[IndexedBeacon], requester: str,
     grace_ms: int, energy: EnergyParams, now: int,
 ) -> set[int]:  # fmt: skip
-    """Log positions whose cell (or tombstoned cell) one of the beacons accepts."""
+    """Log positions whose cell one of the beacons accepts, and every tombstone: the cell
+    diff a tombstone forgets is erased from the log with its vector, so no interest is left
+    to route it by; it carries no content, and the haves keep it from being sent twice."""
     cells: list[tuple[int, CellPayload]] = []
+    wanted: set[int] = set()
     for lsn, diff in scanned:
         if diff.origin == requester:
             continue
         p = diff.payload
         if isinstance(p, TombstonePayload):
-            ref = store.cell(p.cell_id)
-            if ref is not None and isinstance(ref.payload, CellPayload):
-                cells.append((lsn, ref.payload))
+            wanted.add(lsn)
         elif isinstance(p, CellPayload):
             cells.append((lsn, p))
-    wanted: set[int] = set()
     by_shape: dict[tuple[str, int], list[tuple[int, CellPayload]]] = {}
     for lsn, cell in cells:
         by_shape.setdefault((cell.embedding_space, cell.embedding.shape[0]), []).append((lsn, cell))

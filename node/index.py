@@ -24,6 +24,11 @@ Save protocol (a crash at any point leaves the previous good pair loadable):
 ``load`` checks the checksum before hnswlib parses the file, because hnswlib trusts its input and may
 crash the process on a damaged file.
 
+Removing is erasing: hnswlib's ``mark_deleted`` only hides a row, and its vector would stay in every
+file saved afterwards. ``remove`` first overwrites the row's vector with zeros (hnswlib updates an
+existing label in place) and then marks it deleted, so the next save writes no trace of it. Files
+saved before this rule (no ``removed_erased`` in their meta) have their removed rows zeroed at load.
+
 Threads: ``search`` runs under a shared lock and may run on several threads at once (hnswlib releases
 the GIL while it searches); ``add``, ``remove`` and ``load`` take the lock exclusively, ``add`` in
 chunks so searches interleave with a long rebuild. ``save`` holds the shared lock while hnswlib writes,
@@ -221,6 +226,8 @@ class LayerIndex:
         self._removed = removed
         self.covered_seq = covered_seq
         self._dirty = 0
+        if not meta.get("removed_erased") and removed:  # saved by a version that only hid them
+            self._erase(sorted(removed))
         self._remove_orphans(keep=index_name)
         return LoadOutcome(True, "ok")
 
@@ -275,21 +282,37 @@ class LayerIndex:
         self._dirty += len(labels)
 
     def remove(self, labels: Iterable[int] | np.ndarray, *, covered_seq: int = 0) -> None:
-        """Mark labels deleted so no search returns them; absent labels are ignored.
+        """Erase labels: their vectors overwritten with zeros, then marked deleted so no search
+        returns them; absent and already removed labels are ignored.
 
         `covered_seq` lets a caller that sequences tombstones with rows advance the watermark too.
         """
         with self._lock.write():
-            for label in _as_labels(labels).tolist():
-                if label in self._removed:
-                    continue
-                try:
-                    self._index.mark_deleted(label)
-                except RuntimeError:  # "Label not found": never added
-                    continue
-                self._removed.add(label)
-                self._dirty += 1
+            self._erase([label for label in _as_labels(labels).tolist() if label not in self._removed])
             self.covered_seq = max(self.covered_seq, covered_seq)
+
+    def _erase(self, labels: list[int]) -> None:
+        """Zero each label's stored vector and mark it deleted (under the write lock). hnswlib
+        updates a known label in place, reviving it if it was marked, so the mark comes last."""
+        zero = np.zeros((1, self.dim), dtype=np.float32)
+        for label in labels:
+            try:
+                self._index.mark_deleted(label)  # first, as the test of membership: add_items would add
+            except RuntimeError as exc:
+                if "not found" in str(exc).lower():
+                    continue  # never added: nothing to erase
+            self._index.add_items(zero, np.array([label], dtype=np.uint64), num_threads=1)
+            self._index.mark_deleted(label)
+            self._removed.add(label)
+            self._dirty += 1
+
+    def labels(self) -> np.ndarray:
+        """Every label the index holds that is not removed."""
+        with self._lock.read():
+            labels = np.fromiter(self._index.get_ids_list(), dtype=np.int64)
+            if self._removed:
+                labels = labels[~np.isin(labels, np.fromiter(self._removed, dtype=np.int64))]
+            return labels
 
     def save(self) -> None:
         """Write the index and its meta atomically (see the module docstring).
@@ -325,6 +348,7 @@ class LayerIndex:
                 "space": self.space,
                 "count": self._index.element_count,
                 "removed": sorted(self._removed),
+                "removed_erased": True,
                 "covered_seq": self.covered_seq,
                 "capacity": self._index.get_max_elements(),
                 "m": self._index.M,

@@ -29,7 +29,7 @@ class MeshGaps:
         aside; a row that no longer decodes goes to the quarantine instead."""
         rows = self.db.query(
             "SELECT l.origin, l.seq, l.signed, l.signature, l.hops, l.ttl FROM mesh_log l WHERE l.kind = ? "
-            "AND l.origin != ? AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.node_id = l.cell_id) "
+            "AND l.origin != ? AND length(l.signed) > 0 AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.node_id = l.cell_id) "
             "AND NOT EXISTS (SELECT 1 FROM mesh_quarantine q WHERE q.origin = l.origin AND q.seq = l.seq)",
             (int(DiffKind.CELL), node_id),
         )

@@ -119,14 +119,17 @@ def test_the_requesters_own_diffs_are_never_sent_back():
     assert (ids(reply), reply.upto) == (["another's"], 2)
 
 
-def test_a_tombstone_travels_on_its_cells_interest():
+def test_a_tombstone_travels_to_every_requester_since_its_cells_vector_is_erased():
     log = Log()
     (held,) = log.cells(1)
     log.add(TombstonePayload("c0", "t", NOW - 15_000, ORIGIN.node_id, held.seq))
-    log.add(TombstonePayload("never-held", "t", NOW - 15_000, ORIGIN.node_id, 99))  # no cell: no interest known
-    reply = answer(log, haves=HaveSet.of({(ORIGIN.node_id, 1)}))
-    assert [type(d.payload).__name__ for d in reply.diffs] == ["TombstonePayload"]
-    assert (reply.diffs[0].payload.cell_id, reply.upto) == ("c0", 3)
+    log.add(TombstonePayload("never-held", "t", NOW - 15_000, ORIGIN.node_id, 99))
+    reply = answer(log)
+    assert [(type(d.payload).__name__, d.payload.cell_id) for d in reply.diffs] == [
+        ("TombstonePayload", "c0"), ("TombstonePayload", "never-held"),
+    ]  # the forgotten cell c0 itself is not sent: the log erased it
+    assert reply.upto == 3
+    assert answer(log, haves=HaveSet.of({(ORIGIN.node_id, 2)})).diffs[0].payload.cell_id == "never-held"
 
 
 def test_only_beacons_of_the_cells_space_and_size_count():
