@@ -193,6 +193,11 @@ class InboundPort:
         """Remote cells whose diff was logged but whose write did not commit (a crash)."""
         return self._store.mesh_gaps.logged_not_stored(self.node_id)
 
+    def forgotten_not_logged(self) -> list[tuple[str, int]]:
+        """``(id, forgotten_at)`` of local cells the mesh was sent and that were forgotten
+        since without their tombstone reaching the log (forgotten with the mesh off)."""
+        return self._store.mesh_gaps.forgotten_not_logged(self.node_id)
+
     def stored_cells_not_logged(self, window_ms: int) -> list[str]:
         """Ids of local cells stored just before a crash whose diff never reached the log."""
         return self._store.mesh_gaps.stored_not_logged(self.node_id, window_ms)

@@ -10,6 +10,7 @@ from node.energy import CELL_TYPES
 from node.version import package_version
 
 from .data import cmd_export, cmd_import, cmd_reindex
+from .lifecycle import add_forget_command
 from .memories import (
     cmd_beacon_add, cmd_beacon_list, cmd_beacon_remove, cmd_consolidate, cmd_inbox, cmd_recall, cmd_store,
 )  # fmt: skip
@@ -48,7 +49,7 @@ environment:
 _GROUPS = (
     ("set up", ("init", "agent", "team", "connect")),
     ("run the node", ("up", "mcp", "status", "peers", "doctor")),
-    ("memories (as $HYPHAE_API_KEY's agent)", ("store", "recall", "inbox", "beacon", "consolidate")),
+    ("memories (as $HYPHAE_API_KEY's agent)", ("store", "recall", "inbox", "beacon", "consolidate", "forget")),
     ("data", ("export", "import", "reindex")),
 )
 
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     consolidate = command("consolidate", cmd_consolidate, "summarise a scene into one L2 cell")
     consolidate.add_argument("scene_id")
+    add_forget_command(command)
 
     export = command("export", cmd_export, "write cells, beacons and scenes to a JSONL file")
     export.add_argument("file", metavar="FILE.jsonl")
