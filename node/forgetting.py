@@ -29,7 +29,7 @@ from .layers import LayerSet
 from .principals import Principal
 from .store import Store, StoredCell, Transaction
 
-__all__ = ["Forgetting", "Scrubber", "MAX_FORGET_IDS"]
+__all__ = ["MAX_FORGET_IDS", "Forgetting", "Scrubber"]
 
 log = logging.getLogger("hyphae.forget")
 

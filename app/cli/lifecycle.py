@@ -25,7 +25,7 @@ from node.errors import HyphaeError
 
 from .plumbing import EXIT_AUTH, EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, emit_json, in_process
 
-__all__ = ["cmd_forget", "add_forget_command"]
+__all__ = ["add_forget_command", "cmd_forget"]
 
 _ADMIN_CHUNK = 10_000  # ids per admin request (the route's limit)
 

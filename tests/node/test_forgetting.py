@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import trio
 
+from app.mesh_link import MeshLink
 from mesh import events as ev
 from mesh.identity import NodeIdentity
 from mesh.wire import CellPayload, TombstonePayload, sign_diff
-from app.mesh_link import MeshLink
 from node.index import LayerIndex
 
 from .helpers import rejected, second_tenant_key, store
