@@ -50,7 +50,7 @@ _REQUIRED = {
     "/v1/admin/agents": ["name"],
     "/v1/admin/export": ["path"],
     "/v1/admin/import": ["path"],
-    "/v1/admin/cells/forget": ["node_ids"],
+    "/v1/admin/forget": ["node_ids"],
 }
 _ERROR = {
     "description": "An error with a stable reason code",

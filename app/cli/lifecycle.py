@@ -104,7 +104,7 @@ def _forget_in_bulk(args: argparse.Namespace) -> int:
     daemon = _daemon(args, None)
     try:
         if daemon is not None:
-            plan = daemon.call("POST", "/v1/admin/cells/matching", json=scope, admin=True)
+            plan = daemon.call("POST", "/v1/admin/forget/matching", json=scope, admin=True)
         else:
             plan = in_process(args, lambda service: service.forgettable(**scope))
         what = _describe(scope)
@@ -117,7 +117,8 @@ def _forget_in_bulk(args: argparse.Namespace) -> int:
                 print(f"Nothing to forget: this node holds no live cells {what} of its own{left}.")
             return EXIT_OK
         if not args.json or not args.yes:
-            print(f"{plan['count']} cells {what} will be forgotten on every node that holds them{left}.",
+            count = plan["count"]
+            print(f"{count} cell{'s' if count != 1 else ''} {what} will be forgotten on every node that holds them{left}.",
                   file=sys.stderr if args.json else sys.stdout)  # fmt: skip
         if not args.yes and not _confirmed():
             print("Nothing was forgotten.")
@@ -126,7 +127,7 @@ def _forget_in_bulk(args: argparse.Namespace) -> int:
         for start in range(0, len(plan["node_ids"]), _ADMIN_CHUNK):
             chunk = plan["node_ids"][start : start + _ADMIN_CHUNK]
             if daemon is not None:
-                part = daemon.call("POST", "/v1/admin/cells/forget", json={"node_ids": chunk}, admin=True)
+                part = daemon.call("POST", "/v1/admin/forget", json={"node_ids": chunk}, admin=True)
             else:
                 part = in_process(args, lambda service, chunk=chunk: service.admin_forget(chunk))
             for key in ("forgotten", "refused"):

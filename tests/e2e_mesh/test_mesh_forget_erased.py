@@ -13,6 +13,7 @@ is read again until none holds any of them (``tests.node.traces``):
    MCP has no forget tool at all (the seed's eleven tools).
 2. D3, with C stopped while A's agent forgets it and started again afterwards: the
    tombstone reaches C by the mesh's repair (or the origin's offer of what it owed C).
+3. The data dir owner's bulk forget (``hyphae forget --by-agent``) through A's daemon.
 """
 
 from __future__ import annotations
@@ -117,3 +118,12 @@ def test_a_forgotten_cell_is_erased_from_every_holders_files_even_one_that_was_d
     assert held(c, ids["D3"])[2] is None and traces(c.home, wanted["D3"])  # down: it could not know yet
     c.start(peers=[a.mesh_address])
     wait_erased(c, ids["D3"], wanted["D3"])
+
+    # -- the owner's bulk forget through A's daemon: what is left of A's agent goes too.
+    last = a.rest("POST", "/v1/cells", key["a"], json={"content": f"{INTEREST}: not any more", "cell_type": "Fact"},
+                  expect=201)["node_id"]  # fmt: skip
+    for node in (b, c):
+        wait_until(lambda: held(node, last), DEADLINE, message=lambda: f"{last} at {node.name}")
+    assert "1 cell of agent 'agent-a' will be forgotten" in a.cli("forget", "--by-agent", "agent-a", "--yes")
+    for node in (a, b, c):
+        wait_until(lambda: held(node, last)[2] is not None, DEADLINE, message=lambda: f"{last} forgotten at {node.name}")
