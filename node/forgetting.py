@@ -43,14 +43,20 @@ class Scrubber:
     ``request`` (any thread, after a commit that erased something) wakes it; it waits until
     no new request came for ``settle_interval`` seconds, so a bulk forget costs one pass,
     then runs :meth:`scrub`. A pass that could not finish (a reader held the WAL, a save
-    failed) is tried again after ``retry_interval``.
+    failed) is tried again after ``retry_interval``, doubled after each failure up to
+    ``max_retry_interval``: a checkpoint that waits for a reader holds writers back meanwhile,
+    so a long reader (an export's snapshot) must not meet one every few seconds.
     """
 
-    def __init__(self, store: Store, layers: LayerSet, *, settle_interval: float = 0.2, retry_interval: float = 2.0):
+    def __init__(
+        self, store: Store, layers: LayerSet, *, settle_interval: float = 0.2, retry_interval: float = 2.0,
+        max_retry_interval: float = 60.0,
+    ) -> None:  # fmt: skip
         self.store = store
         self.layers = layers
         self.settle_interval = settle_interval
         self.retry_interval = retry_interval
+        self.max_retry_interval = max_retry_interval
         self._cond = threading.Condition()
         self._requests = 0  # requests made so far
         self._scrubbed = 0  # requests covered by a finished pass
@@ -102,6 +108,7 @@ class Scrubber:
             self._thread.join()
 
     def _run(self) -> None:
+        delay = self.retry_interval
         while True:
             with self._cond:
                 while self._scrubbed >= self._requests and not self._closing:
@@ -118,8 +125,10 @@ class Scrubber:
                 if ok:
                     self._scrubbed = max(self._scrubbed, covered)
                     self._cond.notify_all()
+                    delay = self.retry_interval
                 elif not self._closing:
-                    self._cond.wait(self.retry_interval)
+                    self._cond.wait(delay)
+                    delay = min(2 * delay, self.max_retry_interval)
                 else:
                     return
 

@@ -250,3 +250,21 @@ def tombstone(service, signer: NodeIdentity, cell_id: str, *, seq: int, cell_ori
     at = 1_780_000_100_000 + seq
     payload = TombstonePayload(cell_id, service.config.tenant_id, at, cell_origin or signer.node_id, 1)
     return sign_diff(payload, origin=signer.node_id, seq=seq, ts=at, sign=signer.sign, hops=1)
+
+
+async def test_a_scrub_that_could_not_truncate_the_wal_is_tried_again(service, make_agent, home):
+    alice, _ = await make_agent()
+    secret = await store(service, alice, SECRET)
+    wanted = secret_needles(service, secret)
+    real, calls = service.storage.erasure.checkpoint, []
+
+    def held_by_a_reader() -> bool:  # the first attempt meets a long reader
+        calls.append(len(calls))
+        return real() if len(calls) > 1 else False
+
+    service.storage.erasure.checkpoint = held_by_a_reader
+    with trio.fail_after(10):
+        await service.forget(alice, node_id=secret)
+    await scrubbed(service)
+    assert len(calls) >= 2 and service.scrubber.failed_passes >= 1
+    assert traces(home, wanted) == {} and wal_size(home) == 0
