@@ -150,6 +150,10 @@ class MeshLink:
         # Local cells stored just before a crash whose diff never reached the log.
         for cell_id in self.service.inbound.stored_cells_not_logged(RECONCILE_WINDOW_MS):
             self.cell_stored(self.service.cell_record(cell_id))
+        # Local cells forgotten while the mesh was not running (a CLI forget with the node
+        # stopped, or a crash before the engine took it): their tombstones go out now.
+        for cell_id, forgotten_at in self.service.inbound.forgotten_not_logged():
+            self.cell_forgotten(cell_id, self.service.config.tenant_id, forgotten_at)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -7,8 +7,6 @@ hands back the control diffs (members, beacons, scenes) so a restarted node rout
 from its first store instead of after a round of anti-entropy, and keeps the members'
 public keys (with their membership proofs) so a restarted node verifies a member's
 diffs before that member has spoken to it again.
-It also says whose tombstone it holds for a cell id, so that a cell arriving after its
-tombstone is not taken as live (:mod:`mesh.lifecycle`).
 A log position (``lsn``) is local to one node and only ever grows; repair asks "what
 matches my beacons after position p in *your* log?". The production node implements
 the same protocol over SQLite.
@@ -43,7 +41,9 @@ class DiffLog(Protocol):
         was a control diff since superseded): another one is a fork (:mod:`mesh.identity_guard`)."""
 
     def cell(self, cell_id: str) -> Diff | None:
-        """The diff that carried the cell with this id, if held."""
+        """The diff that carried the cell with this id, if held and not forgotten: once its
+        origin's tombstone is put, the cell diff is erased (still held, never returned again),
+        though a ``cell`` asked before the next ``put`` still gets it, to route the tombstone."""
 
     def forgotten(self, cell_id: str, origin: str) -> bool:
         """Is a tombstone for this cell id, signed by ``origin``, held? True at once after the
@@ -51,7 +51,7 @@ class DiffLog(Protocol):
 
     def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
         """Up to ``limit`` data diffs (cell, tombstone) with lsn > ``after``, in log order,
-        as ``(lsn, received_at, diff)``. Positions only grow."""
+        as ``(lsn, received_at, diff)``; erased cell diffs are left out. Positions only grow."""
 
     def max_seq(self, origin: str) -> int:
         """The highest seq held from ``origin`` (0 if none): a restart signs in a later
@@ -73,8 +73,7 @@ class MemoryDiffLog:
 
     def __init__(self) -> None:
         self._held: dict[tuple[str, int], bytes] = {}  # (origin, seq) -> signature
-        self._cells: dict[str, Diff] = {}
-        self._forgotten: set[tuple[str, str]] = set()  # (cell id, origin) of each tombstone held
+        self._cells: dict[str, tuple[Diff, int]] = {}  # cell id -> (its diff, lsn)
         self._lsns: list[int] = []
         self._received: list[int] = []
         self._data: list[Diff] = []
@@ -82,6 +81,8 @@ class MemoryDiffLog:
         self._control: list[Diff] = []
         self._keys: dict[str, tuple[bytes, bytes]] = {}
         self._next_lsn = 1
+        self._tombstoned: set[tuple[str, str]] = set()  # (cell id, origin) of the tombstones held
+        self._fading: dict[str, Diff] = {}  # erased by the last put, routable until the next
 
     def __len__(self) -> int:
         return len(self._held)
@@ -96,28 +97,43 @@ class MemoryDiffLog:
         self._held[key] = diff.signature
         if diff.seq > self._max_seq.get(diff.origin, 0):
             self._max_seq[diff.origin] = diff.seq
+        self._fading.clear()
         lsn = self._next_lsn
         self._next_lsn += 1
+        p = diff.payload
+        if isinstance(p, CellPayload) and (p.node_id, diff.origin) in self._tombstoned:
+            return True  # forgotten before it got here: held, never kept
         if diff.kind in DATA_KINDS:
             self._lsns.append(lsn)
             self._received.append(received_at)
             self._data.append(diff)
-            if isinstance(diff.payload, CellPayload):
-                self._cells.setdefault(diff.payload.node_id, diff)
-            elif isinstance(diff.payload, TombstonePayload):
-                self._forgotten.add((diff.payload.cell_id, diff.origin))
+            if isinstance(p, CellPayload):
+                self._cells.setdefault(p.node_id, (diff, lsn))
+            elif isinstance(p, TombstonePayload):
+                self._tombstoned.add((p.cell_id, diff.origin))
+                self._erase(p.cell_id, diff.origin)
         else:
             self._control.append(diff)
         return True
+
+    def _erase(self, cell_id: str, origin: str) -> None:
+        """Drop the cell diff a tombstone forgets (its position stays held, its content goes)."""
+        held, lsn = self._cells.get(cell_id, (None, 0))
+        if held is None or held.origin != origin:
+            return
+        del self._cells[cell_id]
+        self._fading[cell_id] = held
+        at = bisect.bisect_left(self._lsns, lsn)
+        del self._lsns[at], self._received[at], self._data[at]
 
     def signature(self, origin: str, seq: int) -> bytes | None:
         return self._held.get((origin, seq))
 
     def cell(self, cell_id: str) -> Diff | None:
-        return self._cells.get(cell_id)
+        return self._fading.get(cell_id) or self._cells.get(cell_id, (None, 0))[0]
 
     def forgotten(self, cell_id: str, origin: str) -> bool:
-        return (cell_id, origin) in self._forgotten
+        return (cell_id, origin) in self._tombstoned
 
     def scan(self, after: int, limit: int) -> list[tuple[int, int, Diff]]:
         start = bisect.bisect_right(self._lsns, after)

@@ -26,6 +26,7 @@ from .errors import NotFound, Unavailable
 from .ingest import CellWrites
 from .layers import LayerSet
 from .store import Scene, Store, Transaction
+from .store.diff_log import tombstones_of
 from .store.quarantine import OTHER_TENANT, STORE_FAILED, Quarantine
 
 __all__ = ["InboundPort"]
@@ -57,6 +58,12 @@ class InboundPort:
         self._embedder = embedder
         self._embed = embed  # the node's embedding worker, shared with local stores
         self._clock = clock
+        # The one erase path (node.forgetting), set by the facade: row, indexes, scrub.
+        self.erase_cell: Callable[[Transaction, int, int], None] = self._erase_row
+
+    def _erase_row(self, tx: Transaction, rowid: int, forgotten_at: int) -> None:
+        self._store.cells.erase(tx, rowid, forgotten_at)
+        tx.after_commit(lambda: self._layers.remove(rowid))
 
     def needs_embedding(self, space: str, shape: tuple[int, ...]) -> bool:
         """Must a vector of ``space`` and ``shape`` be embedded again to be stored here?"""
@@ -95,7 +102,16 @@ class InboundPort:
         def ingest(batch: list[v.Cell]) -> Callable[[Transaction], list[str]]:
             def job(tx: Transaction) -> list[str]:
                 known = self._store.cells.exists
-                return [self._writes.write(tx, cell) for cell in batch if not known(cell.node_id, tx)]
+                batch_ = [cell for cell in batch if not known(cell.node_id, tx)]
+                forgotten = tombstones_of(tx, [cell.node_id for cell in batch_]) if batch_ else {}
+                stored = []
+                for cell in batch_:
+                    forgotten_at = forgotten.get(cell.node_id, {}).get(cell.origin_node)
+                    if forgotten_at is None:
+                        stored.append(self._writes.write(tx, cell))
+                    else:  # its origin's tombstone came first: a tombstone it is, never written with content
+                        self._writes.write_tombstone(tx, dataclasses.replace(cell, forgotten_at=forgotten_at))
+                return stored
 
             return job
 
@@ -144,10 +160,7 @@ class InboundPort:
             row = cells.tombstone_target(tx, node_id)
             if row is None or row[1] != origin_node or row[2] is not None:
                 return False
-            rowid = row[0]
-            cells.erase(tx, rowid, forgotten_at)
-            self._writes.lifecycle.forgotten(tx, node_id, forgotten_at)  # what it replaced is current again
-            tx.after_commit(lambda: self._layers.remove(rowid))
+            self.erase_cell(tx, row[0], forgotten_at)
             return True
 
         return await self._db.write(job)
@@ -179,6 +192,11 @@ class InboundPort:
     def logged_cells_not_stored(self) -> list[Diff]:
         """Remote cells whose diff was logged but whose write did not commit (a crash)."""
         return self._store.mesh_gaps.logged_not_stored(self.node_id)
+
+    def forgotten_not_logged(self) -> list[tuple[str, int]]:
+        """``(id, forgotten_at)`` of local cells the mesh was sent and that were forgotten
+        since without their tombstone reaching the log (forgotten with the mesh off)."""
+        return self._store.mesh_gaps.forgotten_not_logged(self.node_id)
 
     def stored_cells_not_logged(self, window_ms: int) -> list[str]:
         """Ids of local cells stored just before a crash whose diff never reached the log."""

@@ -235,9 +235,13 @@ class LayerSet:
             behind = members if reason is not None else self._members_after(layer, index.covered_seq)
             report = progress if reason is not None or behind > _CHUNK else None
             added = self._catch_up(layer, index, report)
+            # Rows forgotten after the files were last saved (a crash before the next save):
+            # their vectors are still in the files until erased and saved again.
+            held = index.labels()
+            index.remove(held[~self.catalog.alive(held)])
             state = "loaded" if reason is None else f"rebuilt ({reason})"
             self.open_report[layer] = f"{state}, {added} rows added, {len(index)} live"
-            if added or reason is not None:
+            if added or reason is not None or index.dirty:
                 self._save_index(layer, index)
         return self.open_report
 
@@ -384,6 +388,8 @@ class LayerSet:
         self.save()
 
     def remove(self, rowid: int) -> None:
+        """A forgotten row leaves every layer: its vector is erased from the fresh buffer and
+        the indexes (the next save writes files without it)."""
         self.catalog.kill(rowid)
         with self._cond:
             for fresh in self._fresh.values():

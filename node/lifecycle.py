@@ -138,6 +138,12 @@ class Lifecycle:
         for old_id in self.store.replaced_by(tx, node_id):
             self._settle(tx, old_id, now)
 
+    def forgotten_row(self, tx: Transaction, rowid: int, now: int) -> None:
+        """:meth:`forgotten`, for the erase path, which knows the row."""
+        node_id = self.store.node_id_of(tx, rowid)
+        if node_id is not None:
+            self.forgotten(tx, node_id, now)
+
     def _settle(self, tx: Transaction, old_id: str, now: int) -> set[str]:
         """Give a held cell the successor its links name now: the greatest id among the live
         cells held here that replace it by the rule, or none. Returns the ids the rule refused."""

@@ -37,6 +37,7 @@ from .embedding import Embedder, load_embedder
 from .embedding.worker import EmbeddingWorker
 from .errors import ConfigError, Forbidden, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from .files import load_node_key
+from .forgetting import Forgetting, Scrubber
 from .ids import new_id
 from .inbound import InboundPort
 from .ingest import CellWrites
@@ -139,6 +140,13 @@ class MemoryService:
             node_id=self.node_id, store=store, writes=self.writes, embedder=embedder, embed=self._embed,
             energy=self.energy, clock=clock, mesh=lambda: self.mesh,
         )  # fmt: skip
+        self.scrubber = Scrubber(store, layers)
+        store.erasure.on_erased = self.scrubber.request  # the diff log's erasures are scrubbed too
+        self.forgetting = Forgetting(
+            node_id=self.node_id, tenant_id=config.tenant_id, store=store, layers=layers, scrubber=self.scrubber,
+            clock=clock, mesh=lambda: self.mesh, forgotten=self.writes.lifecycle.forgotten_row,
+        )  # fmt: skip
+        self.inbound.erase_cell = self.forgetting.erase
         self.interests = Interests(
             node_id=self.node_id, store=store, book=self.beacons, embedder=embedder, embed=self._embed,
             default_threshold=config.default_beacon_threshold, clock=clock, mesh=lambda: self.mesh,
@@ -181,6 +189,7 @@ class MemoryService:
         )
         layers.set_near_duplicate_handler(service._reinforce_near_duplicates)
         layers.start_indexer()
+        await trio.to_thread.run_sync(service.scrubber.start)
         await trio.to_thread.run_sync(service._load_beacons)
         return service
 
@@ -190,6 +199,7 @@ class MemoryService:
     def close(self) -> None:
         self._embedding.close()
         self.flush_recall_hits()
+        self.scrubber.close()  # a scrub still owed runs first, while the database is open
         self.storage.close()  # drains queued writes first
         self.layers.close()  # indexes what is left and saves
 
@@ -500,27 +510,30 @@ class MemoryService:
         return self._cell_dict(self._cell_in_scope(principal, node_id))
 
     async def forget(self, principal: Principal, *, node_id: Any) -> dict[str, Any]:
-        """Turn the principal's own cell into a tombstone: content and vector erased, record kept."""
-        cell = self._cell_in_scope(principal, node_id)
-        rowid, node_id = cell.rowid, cell.node_id
-        if cell.source_agent != principal.agent_id:
-            raise Forbidden("only the agent that stored a cell may forget it", field="node_id")
-        now = self.clock()
-        cells = self.storage.cells
+        """Turn the principal's own cell into a tombstone: content and vector erased from every
+        file, the record kept (node.forgetting)."""
+        return await self.forgetting.forget_own(principal, self._cell_in_scope(principal, node_id))
 
-        def job(tx: Transaction) -> int:
-            forgotten_at = cells.forgotten_at(tx, rowid)
-            if forgotten_at is not None:
-                return forgotten_at
-            cells.erase(tx, rowid, now, principal.agent_id)
-            self.writes.lifecycle.forgotten(tx, node_id, now)  # what it replaced is current again
-            tx.after_commit(lambda: self.layers.remove(rowid))
-            return now
+    async def admin_forget(self, node_ids: Any) -> dict[str, Any]:
+        """The data dir's owner forgets cells of any agent of this node (never another tenant's,
+        never one another node originated: that one is forgotten at its origin)."""
+        if not isinstance(node_ids, list) or not node_ids:
+            raise InvalidArgument("'node_ids' must be a non-empty list of cell ids", field="node_ids")
+        return await self.forgetting.forget_as_admin([v.check_uuid(i, "node_ids") for i in node_ids])
 
-        forgotten_at = await self.db.write(job)
-        if self.mesh is not None and forgotten_at == now:
-            self.mesh.cell_forgotten(node_id, principal.tenant_id, forgotten_at)
-        return {"node_id": node_id, "forgotten_at": forgotten_at}
+    async def forgettable(self, *, agent: Any = None, project: Any = None) -> dict[str, Any]:
+        """What a bulk forget by agent name and/or project would take (nothing is forgotten)."""
+        agent_id = None
+        if agent is not None:
+            if not isinstance(agent, str) or not agent:
+                raise InvalidArgument("'agent' must be an agent's name", field="agent")
+            named = {a["name"]: a["agent_id"] for a in await self.agents.all_agents()}
+            if agent not in named:
+                raise NotFound(f"no agent named {agent!r} on this node (`hyphae agent list`)", field="agent")
+            agent_id = named[agent]
+        if project is not None and (not isinstance(project, str) or not project):
+            raise InvalidArgument("'project' must be a project name", field="project")
+        return self.forgetting.matching(agent_id, project)
 
     async def list_cells(
         self, principal: Principal, *, limit: Any = None, cursor: Any = None, include_superseded: Any = False

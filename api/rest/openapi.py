@@ -43,6 +43,8 @@ _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
     "projects": {"type": "array", "items": {"type": "string"}},
     "path": {"type": "string", "description": "an absolute file path on the daemon's machine"},
+    "node_ids": {"type": "array", "items": {"type": "string", "format": "uuid"}, "minItems": 1, "maxItems": 10000},
+    "agent": {"type": "string", "description": "an agent's name on this node"},
 }
 _REQUIRED = {
     "/v1/cells": ["content", "cell_type"],
@@ -53,6 +55,7 @@ _REQUIRED = {
     "/v1/admin/agents": ["name"],
     "/v1/admin/export": ["path"],
     "/v1/admin/import": ["path"],
+    "/v1/admin/forget": ["node_ids"],
 }
 _ERROR = {
     "description": "An error with a stable reason code",

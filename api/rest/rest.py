@@ -98,6 +98,27 @@ async def _forget(service, principal, request):
     return await service.forget(principal, node_id=request.path_params["node_id"])
 
 
+async def _admin_forget_one(service, _principal, request):
+    node_id = request.path_params["node_id"]
+    result = await service.admin_forget([node_id])
+    if result["refused"]:
+        raise _refusal(result["refused"][0])
+    return result["forgotten"][0]
+
+
+def _refusal(refused: dict[str, str]) -> HttpError:
+    status = 404 if refused["reason"] == "not_found" else 403
+    return HttpError(status, refused["reason"], refused["message"], field="node_id")
+
+
+async def _admin_forget(service, _principal, request):
+    return await service.admin_forget(_body(request, ("node_ids",)).get("node_ids"))
+
+
+async def _forgettable(service, _principal, request):
+    return await service.forgettable(**_body(request, ("agent", "project")))
+
+
 async def _search(service, principal, request):
     return await service.search(principal, **_body(request, SEARCH_FIELDS))
 
@@ -250,6 +271,14 @@ ROUTES: tuple[Route, ...] = (
           auth="admin", body=("project",), tag="admin"),
     Route("GET", "/v1/peers", _peers, "The mesh: peers, states, queues, drop counters", tag="node"),
     Route("GET", "/v1/admin/peers", _peers, "The mesh, for the data dir's owner", auth="admin", tag="admin"),
+    Route("DELETE", "/v1/admin/cells/{node_id}", _admin_forget_one, "Forget a cell of any agent of this node",
+          auth="admin", tag="admin"),
+    Route("POST", "/v1/admin/forget", _admin_forget,
+          "Forget cells of any agent of this node; ids that are unknown or came from another node are listed in 'refused'",
+          auth="admin", body=("node_ids",), tag="admin"),
+    Route("POST", "/v1/admin/forget/matching", _forgettable,
+          "This node's live cells of an agent (by name) and/or a project: what a bulk forget would take",
+          auth="admin", body=("agent", "project"), tag="admin"),
     Route("GET", "/v1/admin/inbox", _node_inbox, "Every agent's inbox on this node, by arrival", auth="admin",
           query=("since", "limit"), tag="admin"),
 )

@@ -12,7 +12,7 @@ from ..connect import HOST_NAMES
 from node.version import package_version
 
 from .data import cmd_export, cmd_import, cmd_reindex
-from .lifecycle import cmd_validate
+from .lifecycle import add_forget_command, cmd_validate
 from .memories import (
     cmd_beacon_add, cmd_beacon_list, cmd_beacon_remove, cmd_consolidate, cmd_inbox, cmd_recall, cmd_store,
 )  # fmt: skip
@@ -53,7 +53,7 @@ environment:
 _GROUPS = (
     ("set up", ("init", "agent", "team", "connect")),
     ("run the node", ("up", "stop", "mcp", "status", "peers", "doctor")),
-    ("memories (as $HYPHAE_API_KEY's agent)", ("store", "recall", "inbox", "beacon", "session", "scene", "consolidate")),
+    ("memories (as $HYPHAE_API_KEY's agent)", ("store", "recall", "inbox", "beacon", "session", "scene", "consolidate", "forget")),
     ("data", ("export", "import", "reindex", "validate")),
 )
 
@@ -191,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     consolidate = command("consolidate", cmd_consolidate, "summarise a scene into one L2 cell")
     consolidate.add_argument("scene_id", help="the scene to summarise")
+    add_forget_command(command)
 
     export = command("export", cmd_export, "write cells, beacons and scenes to a JSONL file")
     export.add_argument("file", metavar="FILE.jsonl", help="the file to write")

@@ -35,6 +35,8 @@ _COLUMNS = (
     "scene_id, session_id, project, source_ref, metadata, created_at, layer, embedding_space, hops, "
     "signature IS NOT NULL, forgotten_at, forgotten_by, superseded_by, stale_at, stale_reason"
 )
+# What a tombstone keeps of its metadata: links to other cells, never words of its own.
+_KEPT_METADATA = ("supersedes",)
 _RECORD_COLUMNS = (
     "node_id, tenant_id, source_agent, origin_node, content, cell_type, salience, created_at, layer, "
     "embedding, embedding_space, scene_id, session_id, project, source_ref, metadata, hops, signature"
@@ -230,15 +232,35 @@ class CellStore:
         return tx.execute("SELECT rowid, origin_node, forgotten_at FROM cells WHERE node_id = ?", (node_id,)).fetchone()
 
     def erase(self, tx: Transaction, rowid: int, forgotten_at: int, forgotten_by: str | None = None) -> None:
-        """Make a cell a tombstone: content, vector and lexical index entry gone, the record
-        kept. Forgotten by ``forgotten_by``, or by its author when that is not given (a
-        tombstone from the mesh)."""
+        """Make a cell a tombstone: content, vector, lexical index entry and metadata (which
+        may repeat the content: an imported graph's observations) gone, the record and its
+        links (``metadata.supersedes``) kept. Forgotten by ``forgotten_by``, or by its author
+        when that is not given (a tombstone from the mesh)."""
         self.lexical.remove(tx, rowid)  # first: it reads the words to remove from the row
+        (metadata,) = tx.execute("SELECT metadata FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+        links = {k: v for k, v in json.loads(metadata or "{}").items() if k in _KEPT_METADATA}
         tx.execute(
-            "UPDATE cells SET content = '', embedding = x'', forgotten_at = ?, "
+            "UPDATE cells SET content = '', embedding = x'', metadata = ?, forgotten_at = ?, "
             "forgotten_by = COALESCE(?, source_agent) WHERE rowid = ?",
-            (forgotten_at, forgotten_by, rowid),
+            (json.dumps(links, separators=(",", ":")), forgotten_at, forgotten_by, rowid),
         )
+
+    def forgettable(
+        self, tenant_id: str, origin_node: str, *, agent_id: str | None, project: str | None
+    ) -> tuple[list[str], int]:
+        """The live cells of ``tenant_id`` stored by ``agent_id`` and/or in ``project`` (both
+        when both are given): the ids of those this node originated, oldest first, and how
+        many came from other nodes (only their origin may forget them)."""
+        where, args = ["tenant_id = ?", "forgotten_at IS NULL"], [tenant_id]
+        if agent_id is not None:
+            where.append("source_agent = ?")
+            args.append(agent_id)
+        if project is not None:
+            where.append("project = ?")
+            args.append(project)
+        rows = self.db.query(f"SELECT node_id, origin_node FROM cells WHERE {' AND '.join(where)} ORDER BY rowid", args)
+        own = [node_id for node_id, origin in rows if origin == origin_node]
+        return own, len(rows) - len(own)
 
     def add_recall_hits(self, tx: Transaction, rowid: int, count: int) -> int:
         """Count ``count`` more top-ranked recalls of a cell; returns its total."""

@@ -111,6 +111,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA busy_timeout = 30000")
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA temp_store = MEMORY")
+    conn.execute("PRAGMA secure_delete = ON")  # freed space is zeroed: a forgotten cell leaves no bytes behind
     return conn
 
 

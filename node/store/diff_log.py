@@ -17,6 +17,14 @@ own row's body is erased.
 Every row read back is decoded by today's rules: one an older version logged and they now
 refuse goes to the quarantine (:mod:`node.store.quarantine`), is skipped, and still counts
 as held.
+
+A forgotten cell leaves no content or vector here either: when its origin's tombstone is
+put, the cell diff's signed bytes are erased in the tombstone row's own write (the row
+stays, so the diff still counts as held and is never taken again), and a cell diff that
+arrives after its tombstone is logged already erased. An erased row is never read back
+(``cell`` and ``scan`` skip it): what repair carries for that cell is the tombstone. The
+engine routes a tombstone by the cell diff it replaces within the step that puts it, so
+that diff stays readable from memory until the next ``put`` (``_fading``).
 """
 
 from __future__ import annotations
@@ -25,17 +33,20 @@ import functools
 import threading
 
 from mesh.control import control_key
-from mesh.wire import DATA_KINDS, CellPayload, Diff, DiffKind
+from mesh.errors import WireError
+from mesh.wire import DATA_KINDS, CellPayload, Diff, DiffKind, TombstonePayload, decode_signed
 
 from .database import Database, Transaction
+from .erasure import Erasure
 from .quarantine import Quarantine
 
-__all__ = ["SqliteDiffLog"]
+__all__ = ["SqliteDiffLog", "erase_cell_diffs", "tombstones_of"]
 
 
 class SqliteDiffLog:
-    def __init__(self, db: Database, quarantine: Quarantine | None = None) -> None:
+    def __init__(self, db: Database, quarantine: Quarantine | None = None, erasure: Erasure | None = None) -> None:
         self.db = db
+        self._erasure = erasure
         self.quarantine = quarantine if quarantine is not None else Quarantine(db)
         self._decode = self.quarantine.decode_logged
         self._held: set[tuple[str, int]] = set()
@@ -44,11 +55,12 @@ class SqliteDiffLog:
             self._held.add((origin, seq))
             if seq > self._max_seq.get(origin, 0):
                 self._max_seq[origin] = seq
-        self._forgotten: set[tuple[str, str]] = {
-            (cell_id, origin) for cell_id, origin in db.query(
-                "SELECT cell_id, origin FROM mesh_log WHERE kind = ?", (int(DiffKind.TOMBSTONE),))
-        }  # fmt: skip
         self._pending_cells: dict[str, Diff] = {}
+        # cell id -> the origins whose tombstone for it is held (a cell diff from one of them is erased)
+        self._tombstoned: dict[str, set[str]] = {}
+        for cell_id, origin in db.query("SELECT cell_id, origin FROM mesh_log WHERE kind = ?", (int(DiffKind.TOMBSTONE),)):
+            self._tombstoned.setdefault(cell_id, set()).add(origin)
+        self._fading: dict[str, Diff] = {}  # cell diffs erased by the last put, still routable within its step
         self._rows: list[tuple[tuple, Diff]] = []  # put, not yet taken by a write job
         self._rows_lock = threading.Lock()
 
@@ -68,20 +80,27 @@ class SqliteDiffLog:
         self._held.add(key)
         if diff.seq > self._max_seq.get(diff.origin, 0):
             self._max_seq[diff.origin] = diff.seq
+        self._fading.clear()
         cell_id = None
+        signed = diff.signed
         if isinstance(diff.payload, CellPayload):
             cell_id = diff.payload.node_id
-            self._pending_cells[cell_id] = diff
-        elif diff.kind in DATA_KINDS:
-            cell_id = getattr(diff.payload, "cell_id", None)
-            if diff.kind is DiffKind.TOMBSTONE:
-                self._forgotten.add((cell_id, diff.origin))
+            if diff.origin in self._tombstoned.get(cell_id, ()):
+                signed = b""  # forgotten before it got here: held, never written with its content
+            else:
+                self._pending_cells[cell_id] = diff
+        elif isinstance(diff.payload, TombstonePayload):
+            cell_id = diff.payload.cell_id
+            held = self.cell(cell_id)
+            if held is not None and held.origin == diff.origin:
+                self._fading[cell_id] = held
+            self._tombstoned.setdefault(cell_id, set()).add(diff.origin)
         else:  # a control diff: its key, so the entries it supersedes can go
             kind, name = control_key(diff)
             cell_id = f"~{kind}:{name}"
         row = (
             diff.origin, diff.seq, int(diff.kind), int(diff.kind in DATA_KINDS), cell_id, received_at,
-            diff.signed, diff.signature, diff.hops, diff.ttl,
+            signed, diff.signature, diff.hops, diff.ttl,
         )  # fmt: skip
         with self._rows_lock:
             self._rows.append((row, diff))
@@ -107,6 +126,9 @@ class SqliteDiffLog:
                 )
                 if isinstance(diff.payload, CellPayload):
                     tx.after_commit(functools.partial(self._pending_cells.pop, diff.payload.node_id, None))
+                elif isinstance(diff.payload, TombstonePayload):
+                    if erase_cell_diffs(tx, diff.payload.cell_id, diff.origin) and self._erasure is not None:
+                        tx.after_commit(self._erasure.erased)
                 elif diff.kind not in DATA_KINDS:  # one row per control key: every restart re-announces
                     tx.execute(
                         "DELETE FROM mesh_log WHERE origin = ? AND cell_id = ? AND is_data = 0 AND seq < ?",
@@ -127,18 +149,18 @@ class SqliteDiffLog:
         return bytes(row[0]) if row else None
 
     def cell(self, cell_id: str) -> Diff | None:
-        pending = self._pending_cells.get(cell_id)
+        pending = self._fading.get(cell_id) or self._pending_cells.get(cell_id)
         if pending is not None:
             return pending
         row = self.db.query_one(
             "SELECT origin, seq, signed, signature, hops, ttl FROM mesh_log WHERE cell_id = ? AND kind = ? "
-            "ORDER BY lsn LIMIT 1",
+            "AND length(signed) > 0 ORDER BY lsn LIMIT 1",
             (cell_id, int(DiffKind.CELL)),
         )
         return self._decode(*row) if row else None
 
     def forgotten(self, cell_id: str, origin: str) -> bool:
-        return (cell_id, origin) in self._forgotten
+        return origin in self._tombstoned.get(cell_id, ())
 
     def control_diffs(self) -> list[Diff]:
         """Every control diff in the log, in log order (read once, when the engine starts)."""
@@ -166,7 +188,7 @@ class SqliteDiffLog:
             wanted = limit - len(out)
             rows = self.db.query(
                 "SELECT lsn, received_at, origin, seq, signed, signature, hops, ttl FROM mesh_log "
-                "WHERE is_data = 1 AND lsn > ? ORDER BY lsn LIMIT ?",
+                "WHERE is_data = 1 AND lsn > ? AND length(signed) > 0 ORDER BY lsn LIMIT ?",
                 (after, wanted),
             )
             for lsn, received_at, *rest in rows:
@@ -176,3 +198,42 @@ class SqliteDiffLog:
             if len(rows) < wanted or len(out) >= limit:
                 return out
             after = rows[-1][0]
+
+
+# -- forgetting ------------------------------------------------------------------------
+
+
+def erase_cell_diffs(tx: Transaction, cell_id: str, origin: str) -> int:
+    """Erase the signed bytes (content, vector, metadata) of every diff of ``cell_id`` from
+    ``origin`` that this node logged or set aside; the rows stay, so they still count as
+    held. Returns how many rows were erased."""
+    kind = int(DiffKind.CELL)
+    erased = tx.execute(
+        "UPDATE mesh_log SET signed = x'' WHERE cell_id = ? AND kind = ? AND origin = ? AND length(signed) > 0",
+        (cell_id, kind, origin),
+    ).rowcount
+    return erased + tx.execute(
+        "UPDATE mesh_quarantine SET signed = NULL WHERE cell_id = ? AND kind = ? AND origin = ? AND signed IS NOT NULL",
+        (cell_id, kind, origin),
+    ).rowcount
+
+
+def tombstones_of(tx: Transaction, cell_ids: list[str]) -> dict[str, dict[str, int]]:
+    """The tombstones this node's log holds for ``cell_ids``: cell id -> {origin: forgotten_at}
+    (a cell that arrives after its tombstone is written as a tombstone, never with content)."""
+    found: dict[str, dict[str, int]] = {}
+    for start in range(0, len(cell_ids), 500):
+        chunk = cell_ids[start : start + 500]
+        rows = tx.execute(
+            f"SELECT origin, seq, signed, signature, hops, ttl FROM mesh_log WHERE kind = ? "
+            f"AND cell_id IN ({','.join('?' * len(chunk))})",
+            (int(DiffKind.TOMBSTONE), *chunk),
+        ).fetchall()
+        for origin, _, signed, signature, hops, ttl in rows:
+            try:
+                diff = decode_signed(bytes(signed), bytes(signature), hops, ttl)
+            except WireError:
+                continue
+            if isinstance(diff.payload, TombstonePayload):
+                found.setdefault(diff.payload.cell_id, {})[origin] = diff.payload.forgotten_at
+    return found

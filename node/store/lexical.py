@@ -12,6 +12,13 @@ the one insert path and on erasure, in the same transaction as the row's own cha
   tokens removed are exactly the tokens that were added;
 - a tombstone written whole (an imported one) never enters it.
 
+Removing is not yet erasing: FTS5 records a removal as a delete marker in a new segment and
+keeps the words in the old ones until they are merged. So after forgets :meth:`LexicalIndex.purge`
+merges every segment into one (FTS5's ``optimize``), which drops the removed entries and
+their words from the file; SQLite's ``secure_delete`` (set on every connection) zeroes the
+pages that frees. Where SQLite is 3.44 or newer the table's ``secure-delete`` option is also
+set, so a removal erases its entries at once; SQLite 3.40 (Debian 12, the CI image) lacks it.
+
 Tokenizer: ``unicode61`` with ``remove_diacritics 2`` (the default folding) and no extra
 token characters. An identifier is split into its parts (``pay-1432`` into ``pay`` ``1432``,
 ``cells.py`` into ``cells`` ``py``) and every query term is sent as a quoted FTS5 *phrase*,
@@ -148,6 +155,19 @@ class LexicalIndex:
             "SELECT 'delete', rowid, content, source_ref FROM cells WHERE rowid = ? AND forgotten_at IS NULL",
             (rowid,),
         )
+
+    def enable_secure_delete(self, tx: Transaction) -> bool:
+        """Have FTS5 erase a removed row's entries in place (SQLite 3.44+; the option is kept
+        in the table's config); False where this SQLite does not know the option."""
+        try:
+            tx.execute("INSERT INTO cells_fts (cells_fts, rank) VALUES ('secure-delete', 1)")
+        except sqlite3.OperationalError:
+            return False
+        return True
+
+    def purge(self, tx: Transaction) -> None:
+        """Merge every segment into one, so the words of removed rows leave the file (after forgets)."""
+        tx.execute("INSERT INTO cells_fts (cells_fts) VALUES ('optimize')")
 
     # -- reads ---------------------------------------------------------------------------------
 

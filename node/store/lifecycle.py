@@ -56,6 +56,10 @@ class LifecycleStore:
         row = tx.execute(f"SELECT {_FACTS} FROM cells WHERE node_id = ?", (node_id,)).fetchone()
         return None if row is None else CellFacts(*row)
 
+    def node_id_of(self, tx: Transaction, rowid: int) -> str | None:
+        row = tx.execute("SELECT node_id FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+        return row[0] if row else None
+
     def link(self, tx: Transaction, old_id: str, new_id: str) -> None:
         tx.execute("INSERT OR IGNORE INTO supersessions (old_id, new_id) VALUES (?, ?)", (old_id, new_id))
 

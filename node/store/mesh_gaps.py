@@ -29,7 +29,7 @@ class MeshGaps:
         aside; a row that no longer decodes goes to the quarantine instead."""
         rows = self.db.query(
             "SELECT l.origin, l.seq, l.signed, l.signature, l.hops, l.ttl FROM mesh_log l WHERE l.kind = ? "
-            "AND l.origin != ? AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.node_id = l.cell_id) "
+            "AND l.origin != ? AND length(l.signed) > 0 AND NOT EXISTS (SELECT 1 FROM cells c WHERE c.node_id = l.cell_id) "
             "AND NOT EXISTS (SELECT 1 FROM mesh_quarantine q WHERE q.origin = l.origin AND q.seq = l.seq)",
             (int(DiffKind.CELL), node_id),
         )
@@ -50,3 +50,13 @@ class MeshGaps:
             (node_id, row[0] - window_ms),
         )
         return [cell_id for (cell_id,) in rows]
+
+    def forgotten_not_logged(self, node_id: str) -> list[tuple[str, int]]:
+        """``(id, forgotten_at)`` of this node's forgotten cells whose diff is in the log (the
+        mesh was told of them) but whose tombstone is not."""
+        return self.db.query(
+            "SELECT c.node_id, c.forgotten_at FROM cells c WHERE c.origin_node = ? AND c.forgotten_at IS NOT NULL "
+            "AND EXISTS (SELECT 1 FROM mesh_log l WHERE l.cell_id = c.node_id AND l.kind = ?) "
+            "AND NOT EXISTS (SELECT 1 FROM mesh_log t WHERE t.cell_id = c.node_id AND t.kind = ?) ORDER BY c.rowid",
+            (node_id, int(DiffKind.CELL), int(DiffKind.TOMBSTONE)),
+        )

@@ -9,6 +9,7 @@ from .beacons import BeaconStore, Inbox
 from .cells import CellStore
 from .database import Database
 from .diff_log import SqliteDiffLog
+from .erasure import Erasure
 from .export import Snapshot
 from .lifecycle import LifecycleStore
 from .maintenance import Reembedding
@@ -39,6 +40,7 @@ class Store:
         self.quarantine = Quarantine(db)
         self.mesh_gaps = MeshGaps(db, self.quarantine)
         self.reembedding = Reembedding(db)
+        self.erasure = Erasure(db)  # what SQLite keeps of a forgotten cell, let go
 
     @classmethod
     def open(cls, path: Path, *, group_commit_window: float = 0.0) -> Store:
@@ -51,7 +53,7 @@ class Store:
 
     def diff_log(self) -> SqliteDiffLog:
         """The mesh's diff log over this database (loads what it holds: call once per engine)."""
-        return SqliteDiffLog(self.db, self.quarantine)
+        return SqliteDiffLog(self.db, self.quarantine, self.erasure)
 
     def snapshot(self) -> Snapshot:
         """A consistent read-only view for an export, on a connection of its own."""

@@ -124,7 +124,8 @@ def test_scan_pages_through_the_data_diffs_in_log_order(subject):
     for at, diff in enumerate(puts, start=100):
         log.put(diff, at)
     subject.settle()
-    data = [(at, d) for at, d in enumerate(puts, start=100) if d.kind in DATA_KINDS]
+    # c1 is left out: its origin's tombstone erased it (still held, never sent again)
+    data = [(at, d) for at, d in enumerate(puts, start=100) if d.kind in DATA_KINDS][1:]
     everything = log.scan(0, 100)
     assert [(at, d.origin, d.seq) for _, at, d in everything] == [(at, d.origin, d.seq) for at, d in data]
     assert all(same(got, want) for (_, _, got), (_, want) in zip(everything, data))
