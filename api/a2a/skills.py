@@ -22,7 +22,7 @@ from a2a.utils.errors import InternalError, InvalidParamsError, UnsupportedOpera
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
-from node.errors import HyphaeError, InvalidArgument, Unavailable
+from node.errors import HyphaeError, Unavailable
 from node.principals import Principal
 from node.service import MemoryService
 
@@ -70,12 +70,10 @@ class MemorySkills(RequestHandler):
         skill, text, arguments = parse_request(params.message)
         try:
             result = await getattr(self, "_" + skill)(principal, text, arguments)
-        except InvalidArgument as exc:
-            raise InvalidParamsError(exc.message, data=exc.to_dict()) from None
         except Unavailable as exc:
-            raise InternalError(exc.message, data=exc.to_dict()) from None
-        except HyphaeError as exc:  # forbidden, not found, conflict: the caller's fault, with the core's reason
-            raise InvalidParamsError(exc.message, data=exc.to_dict()) from None
+            raise InternalError(exc.message, data=_error_data(exc)) from None
+        except HyphaeError as exc:  # invalid, forbidden, not found, conflict: the caller's, with the core's reason
+            raise InvalidParamsError(exc.message, data=_error_data(exc)) from None
         summary, data = result
         return Message(
             message_id=str(uuid.uuid4()),
@@ -174,6 +172,11 @@ def parse_request(message: Message) -> tuple[str, str, dict[str, Any]]:
         if isinstance(data.get(key), float) and data[key].is_integer():
             data[key] = int(data[key])
     return skill, text, data
+
+
+def _error_data(exc: HyphaeError) -> dict[str, str]:
+    """The core's error as the ErrorInfo metadata of the answer (a map of strings)."""
+    return {key: str(value) for key, value in exc.to_dict().items()}
 
 
 def _cells_text(cells: list[dict[str, Any]], empty: str) -> str:
