@@ -3,7 +3,7 @@
 It owns the data dir (its lock), opens the memory service, and serves one ASGI app on
 the API port with our h11 server (``web.server``; hypercorn when
 ``HYPHAE_HTTP_SERVER=hypercorn``): REST and the dashboard (``api.rest``), ``POST /mcp``
-(``mcp_bridge``), metrics and health; it is the composition root, the one place that
+(``mcp_bridge``), metrics and health, and A2A when asked (``api.a2a``, opt-in); it is the composition root, the one place that
 knows every surface. ``daemon.json`` in the data dir says where it listens, so the
 CLI and ``hyphae mcp`` find it; the admin token there lets the data dir's owner manage
 agents through it. SIGINT/SIGTERM shut down cleanly: requests drain, indexes are

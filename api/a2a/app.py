@@ -15,7 +15,11 @@ import json
 from collections.abc import Awaitable, Callable
 
 from a2a.server.context import ServerCallContext
-from a2a.server.routes import ServerCallContextBuilder, create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import (
+    ServerCallContextBuilder,
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+)
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from starlette.requests import Request

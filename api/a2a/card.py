@@ -15,7 +15,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
 
-__all__ = ["SKILLS", "agent_card", "API_KEY_SCHEME", "BEARER_SCHEME"]
+__all__ = ["API_KEY_SCHEME", "BEARER_SCHEME", "SKILLS", "agent_card"]
 
 API_KEY_SCHEME = "hyphaeKey"
 BEARER_SCHEME = "bearer"
@@ -24,27 +24,27 @@ BEARER_SCHEME = "bearer"
 SKILLS: dict[str, tuple[str, str, list[str]]] = {
     "remember": (
         "Remember",
-        "Store a memory cell for the team: the message's text is the content; a data part may add "
-        "cell_type (Fact unless given: Decision, Constraint, Context, ...), salience, project, metadata, source_ref. "
-        "Answers with the new cell's node_id.",
+        ("Store a memory cell for the team: the message's text is the content; a data part may add "
+         "cell_type (Fact unless given: Decision, Constraint, Context, ...), salience, project, metadata, "
+         "source_ref. Answers with the new cell's node_id."),
         ["remember: the payments service retries webhooks 5 times with exponential backoff"],
     ),
     "recall": (
         "Recall",
-        "The cells nearest to the text (by meaning and words), with their content and provenance "
-        "(origin node, source agent, hops). A data part may add k, cell_types, project.",
+        ("The cells nearest to the text (by meaning and words), with their content and provenance "
+         "(origin node, source agent, hops). A data part may add k, cell_types, project."),
         ["recall: how are webhooks retried?"],
     ),
     "catch_up": (
         "Catch up",
-        "My inbox: the cells other agents stored that matched my beacons, oldest first; a data part "
-        "may add since (ms or RFC 3339) and limit. Reading changes nothing.",
+        ("My inbox: the cells other agents stored that matched my beacons, oldest first; a data part "
+         "may add since (ms or RFC 3339) and limit. Reading changes nothing."),
         ["catch up"],
     ),
     "team_knowledge": (
         "What does the team know about X",
-        "Recall over everything the team shared about X, who contributed it, and which of my beacons "
-        "already watch X (so new knowledge about it reaches my inbox).",
+        ("Recall over everything the team shared about X, who contributed it, and which of my beacons "
+         "already watch X (so new knowledge about it reaches my inbox)."),
         ["what does the team know about webhook retries?"],
     ),
 }
@@ -68,7 +68,7 @@ def agent_card(url: str, version: str, node_name: str) -> AgentCard:
             BEARER_SCHEME: SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
                 scheme="Bearer", description="The same agent key as a Bearer token",
             )),
-        },  # fmt: skip
+        },
         # Either scheme suffices: two requirements, each naming one.
         security_requirements=[
             SecurityRequirement(schemes={API_KEY_SCHEME: StringList()}),

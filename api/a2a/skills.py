@@ -18,7 +18,11 @@ from typing import Any
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
-from a2a.utils.errors import InternalError, InvalidParamsError, UnsupportedOperationError
+from a2a.utils.errors import (
+    InternalError,
+    InvalidParamsError,
+    UnsupportedOperationError,
+)
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
@@ -28,7 +32,7 @@ from node.service import MemoryService
 
 from .card import SKILLS
 
-__all__ = ["MemorySkills", "PRINCIPAL_KEY"]
+__all__ = ["PRINCIPAL_KEY", "MemorySkills"]
 
 PRINCIPAL_KEY = "hyphae.principal"  # where the authenticated caller rides in the ASGI scope and the call context
 
@@ -40,10 +44,10 @@ _ARGUMENTS = {
     "team_knowledge": {"query", "k", "cell_types", "project"},
 }
 _PREFIXES = (
-    (re.compile(r"^\s*remember\b\s*(?:that\b)?[:,]?\s*", re.I), "remember"),
-    (re.compile(r"^\s*recall\b[:,]?\s*", re.I), "recall"),
-    (re.compile(r"^\s*catch(?:ing)?[ -]up\b[.!:]?\s*", re.I), "catch_up"),
-    (re.compile(r"^\s*what\s+does\s+the\s+team\s+know\s+about\b[:,]?\s*", re.I), "team_knowledge"),
+    (re.compile(r"^\s*remember\b\s*(?:that\b)?[:,]?\s*", re.IGNORECASE), "remember"),
+    (re.compile(r"^\s*recall\b[:,]?\s*", re.IGNORECASE), "recall"),
+    (re.compile(r"^\s*catch(?:ing)?[ -]up\b[.!:]?\s*", re.IGNORECASE), "catch_up"),
+    (re.compile(r"^\s*what\s+does\s+the\s+team\s+know\s+about\b[:,]?\s*", re.IGNORECASE), "team_knowledge"),
 )
 _WORD = re.compile(r"[a-z0-9]{3,}")
 

@@ -127,6 +127,29 @@ def test_the_sdk_client_stores_a_memory_and_recalls_it(node, streaming) -> None:
     assert cell["content"] == content and cell["source_agent"] == whoami["agent_id"]
 
 
+@pytest.mark.parametrize("method", ["message/send", "message/stream"])
+def test_the_0_3_method_names_answer_too(node, method) -> None:
+    """Clients of the A2A 0.3 generation say ``message/send`` and ``message/stream``; plain JSON-RPC here."""
+    daemon, keys = node
+    content = f"Plain JSON-RPC clients say {method}."
+    request = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {"message": {
+        "messageId": str(uuid.uuid4()), "role": "user", "kind": "message",
+        "parts": [{"kind": "text", "text": f"remember: {content}"}],
+    }}}  # fmt: skip
+    with daemon.client(keys["alice"]) as http:
+        response = http.post("/a2a", json=request)
+        assert response.status_code == 200, response.text
+        if method == "message/stream":
+            assert response.headers["content-type"].startswith("text/event-stream")
+            [data] = [line[len("data:"):] for line in response.text.splitlines() if line.startswith("data:")]
+            answer = json.loads(data)
+        else:
+            answer = response.json()
+        assert answer["id"] == 7
+        [stored] = [part["data"] for part in answer["result"]["parts"] if "data" in part]
+        assert http.get(f"/v1/cells/{stored['node_id']}").json()["content"] == content
+
+
 def test_the_bearer_scheme_of_the_card_works_too(node) -> None:
     daemon, keys = node
     [(_, stored)] = exchange(daemon.url, keys["alice"], message("remember: bearer keys are accepted"), bearer=True)
