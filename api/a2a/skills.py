@@ -160,7 +160,7 @@ def parse_request(message: Message) -> tuple[str, str, dict[str, Any]]:
         for pattern, name in _PREFIXES:  # "recall: X" with the skill named too: the words are not the query
             if name == skill and (match := pattern.match(text)):
                 text = text[match.end():].strip()
-    if skill not in SKILLS:
+    if not isinstance(skill, str) or skill not in SKILLS:
         raise InvalidParamsError(
             f"name a skill: one of {', '.join(SKILLS)} (message metadata or a data part \"skill\"), "
             "or start the text with \"remember:\", \"recall:\", \"catch up\" or \"what does the team know about\"",
