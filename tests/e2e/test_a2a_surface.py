@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -213,6 +214,33 @@ def test_a_revoked_key_is_refused_on_its_next_call(node) -> None:
     with pytest.raises(A2AClientError, match="401"):
         exchange(daemon.url, key, message("recall: leaving soon"))
     assert uuid.UUID(stored["node_id"])
+
+
+def test_only_loopback_origins_may_call(node) -> None:
+    daemon, keys = node
+    with daemon.client(keys["alice"]) as http:
+        for path, call in ((CARD, http.get), ("/a2a", lambda path, **kw: http.post(path, json={}, **kw))):
+            refused = call(path, headers={"origin": "http://attacker.example"})
+            assert refused.status_code == 403 and refused.json()["error"]["reason"] == "forbidden"
+        assert http.get(CARD, headers={"origin": "http://localhost:3000"}).status_code == 200
+
+
+def test_the_per_key_rate_limit_applies(tmp_path) -> None:
+    home = make_home(tmp_path / "home")
+    config = home / "config.toml"
+    text = re.sub(r"(?m)^# rate_limit = .*$", "rate_limit = 0.001", config.read_text())
+    config.write_text(re.sub(r"(?m)^# rate_burst = .*$", "rate_burst = 2", text))
+    daemon = start_daemon(home, "--a2a")
+    try:
+        key = add_agent(home, "alice")  # `agent add` goes through the daemon's admin routes, not this key
+        exchange(daemon.url, key, message("remember: one"), message("recall: one"))  # the burst
+        with pytest.raises(A2AClientError, match="429"):
+            exchange(daemon.url, key, message("recall: one"))
+        response = httpx.post(f"{daemon.url}/a2a", json={}, headers={"x-hyphae-key": key}, timeout=DEADLINE)
+        assert response.status_code == 429 and response.json()["error"]["reason"] == "rate_limited"
+        assert int(response.headers["retry-after"]) >= 1
+    finally:
+        daemon.stop()
 
 
 # -- one core: the same store and recall over A2A, REST and MCP ----------------------------
