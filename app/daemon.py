@@ -3,7 +3,7 @@
 It owns the data dir (its lock), opens the memory service, and serves one ASGI app on
 the API port with our h11 server (``web.server``; hypercorn when
 ``HYPHAE_HTTP_SERVER=hypercorn``): REST and the dashboard (``api.rest``), ``POST /mcp``
-(``mcp_bridge``), metrics and health; it is the composition root, the one place that
+(``mcp_bridge``), metrics and health, and A2A when asked (``api.a2a``, opt-in); it is the composition root, the one place that
 knows every surface. ``daemon.json`` in the data dir says where it listens, so the
 CLI and ``hyphae mcp`` find it; the admin token there lets the data dir's owner manage
 agents through it. SIGINT/SIGTERM shut down cleanly: requests drain, indexes are
@@ -86,7 +86,8 @@ def _dispatcher(service: MemoryService):
     return Dispatcher(InstrumentedTools(service, service.metrics), server_version=package_version())
 
 
-def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | None = None, dispatcher=None):
+def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | None = None, dispatcher=None,
+               extra_mounts: dict | None = None):  # fmt: skip
     """The API port's app; ``closing`` ends the dashboard's event streams at shutdown."""
     dispatcher = dispatcher or _dispatcher(service)
     rest = RestApi(service, admin_token)
@@ -96,6 +97,7 @@ def _build_app(service: MemoryService, admin_token: str, closing: trio.Event | N
         "/metrics": metrics_app(service.metrics),
         EVENTS_PATH: events_app(service, closing if closing is not None else trio.Event(), admin_token=admin_token),
         **static_apps(),
+        **(extra_mounts or {}),
     }
     app = make_api_app(rest, mounts)
     # Our own server drains (or lingers over) what an app leaves unread; hypercorn needs the wrapper.
@@ -110,6 +112,7 @@ async def run_daemon(
     peers: list[str] | None = None,
     discovery: bool | None = None,
     allow_remote: bool = False,
+    a2a: bool | None = None,
     announce=print,
     task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -121,6 +124,10 @@ async def run_daemon(
                     "(node.key) or read and inject the team's traffic (team.json); run `chmod 600 %s`",
                     path, mode, path)  # fmt: skip
     host, port = parse_listen(api or config.api_listen)
+    a2a = config.a2a_enabled if a2a is None else a2a
+    if a2a:
+        # Imported here, before anything starts: without the SDK installed, one clear line (ConfigError).
+        from api.a2a import A2A_PATH, CARD_PATH, make_a2a_mounts
     if not allow_remote and not is_loopback_host(host):
         raise ConfigError(
             f"refusing to serve the API on {host}: it is not a loopback address. "
@@ -168,7 +175,12 @@ async def run_daemon(
             except ValueError as exc:
                 sock.close()
                 raise ConfigError(f"{home / 'config.toml'}: [api] allowed_hosts: {exc}") from None
-            app = guard_hosts(_build_app(service, admin_token, shutdown, dispatcher), hosts)
+            # Opt-in surfaces: mounted only when on, so their paths are 404 otherwise.
+            extra = {}
+            if a2a:
+                extra.update(make_a2a_mounts(service, api_url, package_version(), config.node_name))
+                info["a2a_url"] = f"{api_url}{A2A_PATH}"
+            app = guard_hosts(_build_app(service, admin_token, shutdown, dispatcher, extra), hosts)
             local_sock = bind_local_socket(home / SOCKET_NAME)
             if local_sock is not None:
                 info["mcp_socket"] = str(home / SOCKET_NAME)
@@ -205,6 +217,8 @@ async def run_daemon(
                     announce("Mesh: off (this node is in no team; see `hyphae team create|join`)")
                 write_private(daemon_file, json.dumps(info))
                 announce(f"Hyphae node {service.node_id} serving {api_url} (MCP: {api_url}/mcp) from {home}")
+                if a2a:
+                    announce(f"A2A: {info['a2a_url']} (Agent Card: {api_url}{CARD_PATH})")
                 if not is_loopback_host(bound_host) and not config.allowed_hosts:
                     announce("API: only loopback names and the listen address are answered (DNS-rebinding guard); "
                              "list the names remote clients use in [api] allowed_hosts")  # fmt: skip

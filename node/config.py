@@ -34,7 +34,7 @@ DEFAULT_LEXICAL_WEIGHT = 0.4
 # raise an alarm, ~27 % of conflicting ones do (0.75 before: ~9 % and ~34 %).
 DEFAULT_CONFLICT_COS = 0.80
 
-_SECTIONS = {"node", "api", "mesh", "embedder", "energy", "beacons", "storage", "recall", "lifecycle"}
+_SECTIONS = {"node", "api", "mesh", "embedder", "energy", "beacons", "storage", "recall", "lifecycle", "a2a"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +63,7 @@ class NodeConfig:
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT  # [recall] lexical_weight: what holding all of the query's words adds
     conflict_cos: float = DEFAULT_CONFLICT_COS  # [lifecycle] conflict_cos: two rulings this close may conflict
     file_roots: tuple[Path, ...] = ()  # [lifecycle] file_roots: where relative `kind: file` locators are found
+    a2a_enabled: bool = False  # [a2a] enabled: serve the A2A surface (api.a2a) on the API port; opt-in
 
     @property
     def db_path(self) -> Path:
@@ -119,6 +120,11 @@ listen = "{DEFAULT_MESH}"
 # Static peers as "host:port", besides the ones zeroconf finds on the LAN.
 peers = []
 discovery = true
+
+[a2a]
+# The A2A surface (Agent Card at /.well-known/agent-card.json, JSON-RPC at /a2a) on the API port,
+# for agents built on other frameworks; off unless true here or `hyphae up --a2a`.
+# enabled = false
 
 [embedder]
 # "builtin" (all-MiniLM-L6-v2, offline), "hashed", "openai" or "ollama".
@@ -186,6 +192,9 @@ def load_config(home: Path) -> NodeConfig:
     storage = _table(data, "storage", {"group_commit_ms"}, path)
     recall = _table(data, "recall", {"hybrid", "lexical_weight"}, path)
     lifecycle = _table(data, "lifecycle", {"conflict_cos", "file_roots"}, path)
+    a2a_enabled = _table(data, "a2a", {"enabled"}, path).get("enabled", False)
+    if not isinstance(a2a_enabled, bool):
+        raise ConfigError(f"{path}: [a2a] enabled must be true or false, not {a2a_enabled!r}")
     conflict_cos = _number(lifecycle, "conflict_cos", DEFAULT_CONFLICT_COS, path, "lifecycle")
     if not 0.0 <= conflict_cos <= 2.0:
         raise ConfigError(f"{path}: [lifecycle] conflict_cos must be between 0 and 2 (above 1: never)")
@@ -252,6 +261,7 @@ def load_config(home: Path) -> NodeConfig:
         lexical_weight=lexical_weight,
         conflict_cos=conflict_cos,
         file_roots=tuple(Path(r).expanduser() for r in file_roots),
+        a2a_enabled=a2a_enabled,
     )
 
 

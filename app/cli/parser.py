@@ -124,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--mesh", metavar="HOST:PORT", help="mesh address (default from config: 0.0.0.0:7979)")
     up.add_argument("--peer", action="append", metavar="HOST:PORT", help="a static peer (repeatable)")
     up.add_argument("--no-discovery", action="store_true", help="do not look for peers with zeroconf")
+    up.add_argument("--a2a", action="store_true", help="serve the A2A surface too (as [a2a] enabled = true)")
     stop = command("stop", cmd_stop, "stop the node daemon of this data dir cleanly (as Ctrl-C would)")
     stop.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                       help="how long to wait for it to drain and save its indexes (default 60)")  # fmt: skip

@@ -25,6 +25,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             peers=args.peer,
             discovery=False if args.no_discovery else None,
             allow_remote=args.allow_remote,
+            a2a=args.a2a or None,
             announce=announce,
         )
     )

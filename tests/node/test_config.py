@@ -38,6 +38,7 @@ def test_init_writes_a_config_that_loads_to_the_defaults(home):
     assert config.mesh_listen == "0.0.0.0:7979"
     assert config.peers == ()
     assert config.embedder == {"provider": "builtin"}
+    assert config.a2a_enabled is False  # the A2A surface is opt-in
     assert config.energy == DEFAULT_ENERGY
     assert config.default_beacon_threshold == DEFAULT_BEACON_THRESHOLD
     assert config.group_commit_ms == 2.0
@@ -109,9 +110,12 @@ async def test_energy_overrides_reach_the_running_node(home, clock):
         ("[node]\ntenant_id = 't'\n[energy.type_weights]\nFact = 'heavy'\n", ""),
         ("[node]\ntenant_id = 't'\n[beacons]\ndefault_threshold = 1.5\n", "default_threshold"),
         ("[node\ntenant_id = 't'\n", ""),  # not TOML
+        ("[node]\ntenant_id = 't'\n[a2a]\nenabled = 'yes'\n", "[a2a] enabled must be true or false"),
+        ("[node]\ntenant_id = 't'\n[a2a]\nenable = true\n", "unknown keys in [a2a]: enable"),
     ],
     ids=["section-typo", "key-typo", "no-tenant", "section-not-table", "api-key-typo", "energy-key-typo",
-         "unknown-cell-type", "weight-not-a-number", "threshold-out-of-range", "malformed-toml"],
+         "unknown-cell-type", "weight-not-a-number", "threshold-out-of-range", "malformed-toml",
+         "a2a-not-a-bool", "a2a-key-typo"],
 )
 def test_strict_loading_rejects_mistakes_with_a_config_error(home, text, complaint):
     set_config(home, text)
