@@ -25,6 +25,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             peers=args.peer,
             discovery=False if args.no_discovery else None,
             allow_remote=args.allow_remote,
+            grpc=args.grpc,
+            no_grpc=args.no_grpc,
             announce=announce,
         )
     )
