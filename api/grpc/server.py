@@ -221,3 +221,5 @@ class GrpcSurface:
                 since = max(since, entry["received_at"])
                 yield reply_of(entry, pb.InboxEntry)
             seen = {i: at for i, at in seen.items() if at >= since - 1}
+        if self._closing:  # the client should watch again once the node is back, from the last received_at
+            context.abort_with_status(status_of(Unavailable("the node is shutting down")))
