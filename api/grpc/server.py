@@ -89,7 +89,48 @@ def arguments(request: Message) -> dict[str, Any]:
 
 
 def reply_of(result: dict[str, Any], reply: type[Message]) -> Message:
-    return json_format.ParseDict(result, reply(), ignore_unknown_fields=True)
+    """A facade result as ``reply``: the fields the message has, None left unset. Built by
+    hand rather than with json_format.ParseDict, which costs more than the recall itself."""
+    message = reply()
+    for name, value in result.items():
+        if value is None:
+            continue
+        kind = _fields_of(reply).get(name)
+        if kind is None:
+            continue  # the core gained a field the .proto has not: dropped, not an error
+        if kind is _STRUCT:
+            getattr(message, name).update(value)
+        elif kind is _SCALAR:
+            setattr(message, name, value)
+        elif kind is _REPEATED:
+            getattr(message, name).extend(value)
+        elif isinstance(kind, tuple):  # repeated messages
+            getattr(message, name).extend(reply_of(item, kind[0]) for item in value)
+        else:
+            getattr(message, name).CopyFrom(reply_of(value, kind))
+    return message
+
+
+_STRUCT, _SCALAR, _REPEATED = object(), object(), object()
+_FIELDS: dict[type[Message], dict[str, Any]] = {}
+
+
+def _fields_of(reply: type[Message]) -> dict[str, Any]:
+    """How to set each field of a message type (worked out once per type)."""
+    fields = _FIELDS.get(reply)
+    if fields is None:
+        fields = {}
+        for field in reply.DESCRIPTOR.fields:
+            repeated = field.is_repeated
+            if field.message_type is None:
+                fields[field.name] = _REPEATED if repeated else _SCALAR
+            elif field.message_type.full_name == "google.protobuf.Struct":
+                fields[field.name] = _STRUCT
+            else:
+                sub = getattr(pb, field.message_type.name)
+                fields[field.name] = (sub,) if repeated else sub
+        _FIELDS[reply] = fields
+    return fields
 
 
 def api_key(context: grpc.ServicerContext) -> str | None:
