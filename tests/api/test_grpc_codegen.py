@@ -27,3 +27,4 @@ def test_the_committed_modules_are_what_the_proto_generates(tmp_path: Path) -> N
         assert (tmp_path / PACKAGE / name).read_bytes() == (ROOT / PACKAGE / name).read_bytes(), (
             f"{PACKAGE / name} is not current: regenerate it (see memory.proto)"
         )
+
