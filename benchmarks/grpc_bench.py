@@ -36,12 +36,20 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mcp_bench import (  # noqa: E402
-    HIT_QUERIES, Node, machine, measure, own_cpu_seconds, prefill, process_cpu_seconds, recall_hit, warm_hits,
+from mcp_bench import (
+    HIT_QUERIES,
+    Node,
+    machine,
+    measure,
+    own_cpu_seconds,
+    prefill,
+    process_cpu_seconds,
+    recall_hit,
+    warm_hits,
 )  # fmt: skip
 
-from api.grpc.hyphae.v1 import memory_pb2 as pb  # noqa: E402
-from api.grpc.hyphae.v1 import memory_pb2_grpc as pb_grpc  # noqa: E402
+from api.grpc.hyphae.v1 import memory_pb2 as pb
+from api.grpc.hyphae.v1 import memory_pb2_grpc as pb_grpc
 
 
 async def grpc_load(address: str, key: str, clients: int, duration: float, pid: int, warmup: float = 1.0) -> dict[str, float]:

@@ -2,4 +2,4 @@
 
 from .server import RPCS, SERVICE_NAME, GrpcSurface
 
-__all__ = ["GrpcSurface", "RPCS", "SERVICE_NAME"]
+__all__ = ["RPCS", "SERVICE_NAME", "GrpcSurface"]

@@ -19,7 +19,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from node.errors import HyphaeError
 
-__all__ = ["STATUS_OF_REASON", "status_of", "internal_status", "DOMAIN"]
+__all__ = ["DOMAIN", "STATUS_OF_REASON", "internal_status", "status_of"]
 
 log = logging.getLogger("hyphae.grpc")
 

@@ -35,7 +35,7 @@ from node.service import MemoryService
 from .errors import internal_status, status_of
 from .hyphae.v1 import memory_pb2 as pb
 
-__all__ = ["GrpcSurface", "RPCS", "SERVICE_NAME", "WATCH_POLL_S"]
+__all__ = ["RPCS", "SERVICE_NAME", "WATCH_POLL_S", "GrpcSurface"]
 
 log = logging.getLogger("hyphae.grpc")
 

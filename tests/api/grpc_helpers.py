@@ -18,7 +18,7 @@ from api.grpc.hyphae.v1 import memory_pb2_grpc as pb_grpc
 
 DEADLINE = 30.0  # seconds per call: generous, CI machines are small and busy
 
-__all__ = ["pb", "pb_grpc", "Refusal", "refusal", "stub", "key", "as_dict", "DEADLINE"]
+__all__ = ["DEADLINE", "Refusal", "as_dict", "key", "pb", "pb_grpc", "refusal", "stub"]
 
 
 @contextlib.contextmanager

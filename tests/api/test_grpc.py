@@ -17,11 +17,20 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pool, message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
 
-from tests.e2e.conftest import Daemon, add_agent, make_home, prepare_agents, run_cli, start_daemon
+from tests.e2e.conftest import (
+    Daemon,
+    add_agent,
+    make_home,
+    prepare_agents,
+    run_cli,
+    start_daemon,
+)
 
-from .grpc_helpers import DEADLINE, as_dict, key, pb, refusal, stub
+from .grpc_helpers import DEADLINE, key, pb, refusal, stub
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-import node.errors as errors
 from api.grpc.errors import STATUS_OF_REASON, internal_status, status_of
+from node import errors
 from node.ratelimit import RateLimited
 
 ROOT = Path(__file__).resolve().parents[2]

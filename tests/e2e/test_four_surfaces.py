@@ -181,7 +181,7 @@ class Node:
     def counter(self, name: str, operation: str | None = None) -> float:
         text = self.daemon.client().get("/metrics").text
         label = f'{{operation="{operation}"}}' if operation else ""
-        found = re.search(rf"^{name}_total{re.escape(label)} (\S+)$", text, re.M)
+        found = re.search(rf"^{name}_total{re.escape(label)} (\S+)$", text, re.MULTILINE)
         return float(found.group(1)) if found else 0.0
 
 
