@@ -222,9 +222,9 @@ class GrpcSurface:
             kwargs = {**arguments(request), **fixed}
 
             async def call(principal):
-                return reply_of(await method(principal, **kwargs), rpc.reply)
+                return await method(principal, **kwargs)
 
-            return self._run(context, call)
+            return reply_of(self._run(context, call), rpc.reply)  # built here, off the trio loop
 
         return grpc.unary_unary_rpc_method_handler(
             handle, request_deserializer=request_type.FromString, response_serializer=rpc.reply.SerializeToString
