@@ -6,7 +6,7 @@ embedder, ``--cells``), each ``--code`` checkout serves a copy of it (``PYTHONPA
 every round loads each daemon in turn for ``--duration`` seconds with 8 clients (raw-socket
 and httpx, as ``mcp_bench.py``), query vectors cached. Medians over ``--rounds`` rounds.
 
-    python benchmarks/mcp_ab.py --code /work/main --code .          # before / after
+    python benchmarks/mcp_ab.py --code ../baseline-checkout --code .          # before / after
     python benchmarks/mcp_ab.py --code . --floor                    # beside the no-op app's floor
     python benchmarks/mcp_ab.py --code . --servers lean,hypercorn --floor   # our h11 server vs hypercorn
 

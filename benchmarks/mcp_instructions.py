@@ -6,7 +6,7 @@ valgrind's callgrind, the counters are zeroed after a warm-up, exactly ``--reque
 (query vectors cached) arrive over 8 keep-alive raw-socket connections, and the user-space
 instructions the daemon's threads executed are divided by the number of requests.
 
-    python benchmarks/mcp_instructions.py --code /work/main --code .   # before / after, one data dir
+    python benchmarks/mcp_instructions.py --code ../baseline-checkout --code .   # before / after, one data dir
     python benchmarks/mcp_instructions.py --floor                      # the no-op app alone
     python benchmarks/mcp_instructions.py --code . --servers lean,hypercorn --floor   # each server
 

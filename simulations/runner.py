@@ -61,7 +61,7 @@ class RunConfig:
     beacons_per_node: int = 2
     zipf: float = 1.0
     store_interval_ms: int = 50
-    drain_ms: int | None = None  # default: 10 s, or 75 s (two repair rounds) when frames can go missing
+    drain_ms: int | None = None  # default: 10 s, or 75 s (two repair rounds) when frames can go missing or cells are forgotten
     degree: int = 8
     fanout: int = 4
     ttl: int = 6
@@ -133,17 +133,24 @@ class RunConfig:
     def hostile(self) -> bool:
         return bool(self.loss > 0 or self.partition or self.churn)
 
+    @property
+    def waits_on_repair(self) -> bool:
+        """Does the outcome wait on repair rounds? Lost frames do; so do forgets: a tombstone
+        reaches by repair the holders its push can no longer name (the revision's old cell it
+        followed is erased from every log, with its vector)."""
+        return self.hostile or self.forget > 0
+
     def effective_drain_ms(self) -> int:
         if self.drain_ms is not None:
             return self.drain_ms
-        return 75_000 if self.hostile else 10_000
+        return 75_000 if self.waits_on_repair else 10_000
 
     def quiet_ms(self) -> int:
         """The default drain of a run without loss, partitions or churn ends once the data plane
         is done (see ``strategies._drain``), or where link delays have no bound, once no data
         frame has been sent for this long (retries wait 1 s for an ack); a given ``drain_ms``
         runs in full (0)."""
-        return 0 if self.drain_ms is not None or self.hostile else 2_000
+        return 0 if self.drain_ms is not None or self.waits_on_repair else 2_000
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

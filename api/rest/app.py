@@ -55,7 +55,7 @@ def make_api_app(rest: RestApi, mounts: Mapping[str, ASGIApp], pages: Mapping[st
             status, result = await rest.handle(request)
             await send_json(send, status, result)
         except HttpError as exc:
-            await send_json(send, exc.status, exc.body, _retry_after(exc))
+            await send_json(send, exc.status, exc.body, _response_headers(exc))
         except Exception:
             log.exception("unexpected error on %s %s", scope["method"], path)
             await send_json(send, 500, {"error": {"reason": "internal", "message": "internal error; see the node log"}})
@@ -63,7 +63,10 @@ def make_api_app(rest: RestApi, mounts: Mapping[str, ASGIApp], pages: Mapping[st
     return app
 
 
-def _retry_after(exc: HttpError) -> tuple[tuple[bytes, bytes], ...]:
-    """A 429 (a key's rate limit) says when to come back, in whole seconds (RFC 9110 §10.2.3)."""
+def _response_headers(exc: HttpError) -> tuple[tuple[bytes, bytes], ...]:
+    """A 401 names the scheme a client can answer with (RFC 9110 §11.6.1), as /mcp's does; a
+    429 (a key's rate limit) says when to come back, in whole seconds (RFC 9110 §10.2.3)."""
+    if exc.status == 401:
+        return ((b"www-authenticate", b'Bearer realm="hyphae"'),)
     retry_ms = exc.body["error"].get("retry_after_ms") if exc.status == 429 else None
     return () if retry_ms is None else ((b"retry-after", str(max(1, -(-int(retry_ms) // 1000))).encode()),)

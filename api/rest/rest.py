@@ -328,7 +328,7 @@ class RestApi:
             auth = request.headers.get("authorization", "")
             key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
         if not key:
-            raise Unauthenticated("no API key: send it in the x-hyphae-key header")
+            raise Unauthenticated("no API key: send it as Authorization: Bearer KEY (or in the x-hyphae-key header)")
         return await self.service.authenticate(key)
 
 

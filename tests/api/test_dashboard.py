@@ -185,7 +185,9 @@ async def test_recent_cells_page_newest_first_within_the_read_scope(tmp_path: Pa
             # The inbox's since takes ms or RFC 3339; a digit that is not ASCII is neither.
             bad = await http.get("/v1/inbox?since=%C2%B2", headers=alice)
             assert bad.status_code == 400 and bad.json()["error"]["field"] == "since"
-            assert (await http.get("/v1/cells")).status_code == 401
+            refused = await http.get("/v1/cells")
+            assert refused.status_code == 401
+            assert refused.headers["www-authenticate"] == 'Bearer realm="hyphae"'  # as /mcp's 401 says
 
 
 async def test_every_stream_ends_at_once_when_the_daemon_closes(service, make_agent) -> None:
