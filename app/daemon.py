@@ -3,7 +3,8 @@
 It owns the data dir (its lock), opens the memory service, and serves one ASGI app on
 the API port with our h11 server (``web.server``; hypercorn when
 ``HYPHAE_HTTP_SERVER=hypercorn``): REST and the dashboard (``api.rest``), ``POST /mcp``
-(``mcp_bridge``), metrics and health, and A2A when asked (``api.a2a``, opt-in); it is the composition root, the one place that
+(``mcp_bridge``), metrics and health, and A2A when asked (``api.a2a``, opt-in); beside it, gRPC
+(``api.grpc``) on its own port. It is the composition root, the one place that
 knows every surface. ``daemon.json`` in the data dir says where it listens, so the
 CLI and ``hyphae mcp`` find it; the admin token there lets the data dir's owner manage
 agents through it. SIGINT/SIGTERM shut down cleanly: requests drain, indexes are
@@ -25,6 +26,7 @@ from typing import Any
 
 import trio
 
+from api.grpc import GrpcSurface
 from api.rest import RestApi, make_api_app
 from api.rest.dashboard import EVENTS_PATH, events_app, static_apps
 from api.rest.metrics import metrics_app
@@ -59,6 +61,14 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"listen address must be HOST:PORT, not {text!r}")
     return host, int(port)
+
+
+def _grpc_listen(grpc: str | None, api_host: str, api_port: int) -> tuple[str, int]:
+    """Where gRPC listens: ``--grpc``, else beside the API (its host, the next port: 7778 for
+    the default 7777; an API on port 0 gets a gRPC port of its own choosing too)."""
+    if grpc is not None:
+        return parse_listen(grpc)
+    return api_host, api_port + 1 if 0 < api_port < 65535 else 0
 
 
 def _bind(host: str, port: int, option: str = "--api") -> socket.socket:
@@ -113,6 +123,8 @@ async def run_daemon(
     discovery: bool | None = None,
     allow_remote: bool = False,
     a2a: bool | None = None,
+    grpc: str | None = None,
+    no_grpc: bool = False,
     announce=print,
     task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -133,6 +145,12 @@ async def run_daemon(
             f"refusing to serve the API on {host}: it is not a loopback address. "
             "Agents' memories would be reachable from the network; pass --allow-remote if you mean it"
         )
+    if no_grpc and grpc is not None:
+        raise ConfigError("--grpc and --no-grpc contradict each other: give one")
+    grpc_at = None if no_grpc else _grpc_listen(grpc, host, port)
+    if grpc_at is not None and not allow_remote and not is_loopback_host(grpc_at[0]):
+        raise ConfigError(f"refusing to serve gRPC on {grpc_at[0]}: it is not a loopback address; "
+                          "pass --allow-remote if you mean it")  # fmt: skip
     lock = DataDirLock(config.lock_path)
     try:
         lock.acquire(timeout=0)
@@ -143,6 +161,7 @@ async def run_daemon(
         where = f" at {info['api_url']} (pid {info['pid']})" if info else ""
         raise Unavailable(f"a Hyphae node already runs for {home}{where}") from None
     daemon_file = home / DAEMON_FILE
+    surface: GrpcSurface | None = None
     try:
         service = await MemoryService.open(config, clock=clock_from_env())  # None unless a test sets the hook
         try:
@@ -185,6 +204,9 @@ async def run_daemon(
             if local_sock is not None:
                 info["mcp_socket"] = str(home / SOCKET_NAME)
             served = trio.Event()
+            if grpc_at is not None:
+                surface = GrpcSurface(service)
+                info["grpc_address"] = surface.bind(*grpc_at)
 
             async def run_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
                 try:
@@ -196,6 +218,9 @@ async def run_daemon(
                 nursery.start_soon(_watch_signals, shutdown)
                 nursery.start_soon(_save_indexes_periodically, service)
                 await nursery.start(run_server)
+                if surface is not None:
+                    surface.start()
+                    announce(f"gRPC: hyphae.v1.Memory on {info['grpc_address']}")
                 if local_sock is not None:
                     await nursery.start(serve_local_socket, local_sock, dispatcher, service.authenticate)
                 if team is not None:
@@ -224,9 +249,13 @@ async def run_daemon(
                              "list the names remote clients use in [api] allowed_hosts")  # fmt: skip
                 task_status.started(info)
                 await served.wait()  # the server returns once shutdown was asked for and requests drained
+                if surface is not None:
+                    await surface.stop()
                 nursery.cancel_scope.cancel()
             announce("Shutting down: requests drained; saving indexes.")
         finally:
+            if surface is not None:
+                surface.server.stop(None)  # an exit by error: its calls end now, before the service closes
             daemon_file.unlink(missing_ok=True)
             (home / SOCKET_NAME).unlink(missing_ok=True)
             (home / ADMIN_TOKEN_FILE).unlink(missing_ok=True)

@@ -120,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = command("up", cmd_up, "run the node daemon (API, MCP over HTTP, mesh) in the foreground", json=False)
     up.add_argument("--api", metavar="HOST:PORT", help="API address (default from config: 127.0.0.1:7777)")
-    up.add_argument("--allow-remote", action="store_true", help="allow a non-loopback API address")
+    up.add_argument("--allow-remote", action="store_true", help="allow a non-loopback API (and gRPC) address")
+    up.add_argument("--grpc", metavar="HOST:PORT", help="gRPC address (default: the API's host, the next port: 127.0.0.1:7778)")
+    up.add_argument("--no-grpc", action="store_true", help="do not serve gRPC")
     up.add_argument("--mesh", metavar="HOST:PORT", help="mesh address (default from config: 0.0.0.0:7979)")
     up.add_argument("--peer", action="append", metavar="HOST:PORT", help="a static peer (repeatable)")
     up.add_argument("--no-discovery", action="store_true", help="do not look for peers with zeroconf")

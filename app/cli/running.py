@@ -26,6 +26,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             discovery=False if args.no_discovery else None,
             allow_remote=args.allow_remote,
             a2a=args.a2a or None,
+            grpc=args.grpc,
+            no_grpc=args.no_grpc,
             announce=announce,
         )
     )
