@@ -1,20 +1,23 @@
-"""One core, several surfaces: the same operations through MCP (over HTTP), REST and gRPC
+"""One core, four surfaces: the same operations through MCP (over HTTP), REST, gRPC and A2A
 reach the same facade method and give the same cells, the same scope rules, the same errors.
 
 Each surface is an adapter with one method per operation (``store``, ``recall``, ``get``,
 ``forget``, ``inbox``); each answers an :class:`Answer` normalised the same way (node ids,
 distances rounded, a cell's comparable fields), or the ``reason`` of a refusal. An
 operation a surface does not offer is ``None`` on it (MCP has no forget: seed 000's tool
-table). To add a surface (A2A), write its adapter and add it to ``SURFACES``; every test
-here then runs over it too. ``FACADE`` says which facade method each surface's operation
+table; A2A's skills are remember, recall and catch up, so it neither reads one cell by id nor
+forgets). To add a surface, write its adapter and add it to ``SURFACES``; every test here then
+runs over it too. ``FACADE`` says which facade method each surface's operation
 reaches, checked where the facade counts its calls (``/metrics``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -155,17 +158,63 @@ class Grpc:
         return self._call(api_key, "Inbox", pb.InboxRequest(), lambda r: [d["node_id"] for d in r.get("diffs", [])])
 
 
-SURFACES: dict[str, Callable[[Daemon], Any]] = {"mcp": Mcp, "rest": Rest, "grpc": Grpc}
+class A2a:
+    """A2A's JSON-RPC (``message/send``), each message a data part naming its skill and its
+    arguments, as the SDK's client sends them (tests/e2e/test_a2a_surface.py drives the SDK itself)."""
+
+    name = "a2a"
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.http = httpx.Client(base_url=daemon.url, timeout=DEADLINE)
+        self._ids = itertools.count(1)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _skill(self, api_key: str, skill: str, arguments: dict[str, Any], shape: Callable[[dict], Any]) -> Answer:
+        message = {"messageId": str(uuid.uuid4()), "role": "user", "kind": "message",
+                   "parts": [{"kind": "data", "data": {"skill": skill, **arguments}}]}  # fmt: skip
+        request = {"jsonrpc": "2.0", "id": next(self._ids), "method": "message/send", "params": {"message": message}}
+        response = self.http.post("/a2a", json=request, headers={"x-hyphae-key": api_key})
+        if response.status_code >= 400:  # refused before any JSON-RPC: the REST error body
+            return Answer(reason=response.json()["error"]["reason"])
+        body = response.json()
+        if "error" in body:
+            return Answer(reason=body["error"]["data"]["reason"])
+        [data] = [part["data"] for part in body["result"]["parts"] if "data" in part]
+        return Answer(shape(data))
+
+    def store(self, api_key, **fields) -> Answer:
+        return self._skill(api_key, "remember", fields, lambda r: r["node_id"])
+
+    def recall(self, api_key, **fields) -> Answer:
+        return self._skill(api_key, "recall", fields, lambda r: hits(r["results"]))
+
+    get = None  # no skill reads one cell by id: recall answers with the content
+    forget = None  # not a skill
+
+    def inbox(self, api_key) -> Answer:
+        return self._skill(api_key, "catch_up", {}, lambda r: [d["node_id"] for d in r["diffs"]])
+
+
+SURFACES: dict[str, Callable[[Daemon], Any]] = {"mcp": Mcp, "rest": Rest, "grpc": Grpc, "a2a": A2a}
 
 # operation -> surface -> the facade method it reaches (None: not offered on that surface).
 # gRPC hydrates, so its recall is the facade's search (full cells), at layer L0 as recall is.
 FACADE: dict[str, dict[str, str | None]] = {
-    "store": {"mcp": "store", "rest": "store", "grpc": "store"},
-    "recall": {"mcp": "recall", "rest": "recall", "grpc": "search"},
-    "get": {"mcp": "get_cell", "rest": "get_cell", "grpc": "get_cell"},
-    "forget": {"mcp": None, "rest": "forget", "grpc": "forget"},
-    "inbox": {"mcp": "inbox", "rest": "inbox", "grpc": "inbox"},
+    "store": {"mcp": "store", "rest": "store", "grpc": "store", "a2a": "store"},
+    "recall": {"mcp": "recall", "rest": "recall", "grpc": "search", "a2a": "search"},
+    "get": {"mcp": "get_cell", "rest": "get_cell", "grpc": "get_cell", "a2a": None},
+    "forget": {"mcp": None, "rest": "forget", "grpc": "forget", "a2a": None},
+    "inbox": {"mcp": "inbox", "rest": "inbox", "grpc": "inbox", "a2a": "inbox"},
 }
+
+
+def offering(node: "Node", operation: str) -> dict[str, Any]:
+    """The surfaces that offer ``operation``; one that does not must say so with ``None``."""
+    for name, surface in node.surfaces.items():
+        assert (getattr(surface, operation) is None) == (FACADE[operation][name] is None), (name, operation)
+    return {name: s for name, s in node.surfaces.items() if FACADE[operation][name] is not None}
 
 
 # -- the node --------------------------------------------------------------------------------------
@@ -189,7 +238,7 @@ class Node:
 def node(tmp_path_factory) -> Iterator[Node]:
     home = make_home(tmp_path_factory.mktemp("surfaces") / "home")
     keys = prepare_agents(home, "alice", "bob")
-    daemon = start_daemon(home)
+    daemon = start_daemon(home, "--a2a")
     surfaces: dict[str, Any] = {}
     try:
         keys["carol"] = add_agent(home, "carol", "alpha")  # reads project alpha only
@@ -226,9 +275,9 @@ def stored_by_every_surface(node: Node) -> dict[str, str]:
 def test_a_cell_stored_through_any_surface_reads_the_same_through_every_surface(node: Node) -> None:
     stored = stored_by_every_surface(node)
     for writer, node_id in stored.items():
-        views = {name: surface.get(node.keys["alice"], node_id) for name, surface in node.surfaces.items()}
+        views = {name: surface.get(node.keys["alice"], node_id) for name, surface in offering(node, "get").items()}
         assert all(view.reason is None for view in views.values()), views
-        first = views[writer].value
+        first = views["rest"].value
         assert all(view.value == first for view in views.values()), views
         assert first["source_agent"] == node.agent_ids["alice"] and first["project"] == "beta"
         assert first["content"].endswith(f"(via {writer})")
@@ -257,14 +306,11 @@ def test_the_inbox_is_the_same_through_every_surface(node: Node) -> None:
 
 
 def test_forget_through_each_surface_that_offers_it_reads_forgotten_everywhere(node: Node) -> None:
-    for name, surface in node.surfaces.items():
-        if FACADE["forget"][name] is None:
-            assert surface.forget is None, f"{name} offers forget: give it a row in FACADE"
-            continue
+    for name, surface in offering(node, "forget").items():
         node_id = surface.store(node.keys["alice"], content=f"a cell to forget (via {name})", cell_type="Fact").value
         assert surface.forget(node.keys["bob"], node_id).reason == "forbidden"  # only its author forgets it
         assert surface.forget(node.keys["alice"], node_id) == Answer(node_id)
-        for reader, other in node.surfaces.items():
+        for reader, other in offering(node, "get").items():
             view = other.get(node.keys["alice"], node_id)
             assert view.reason is None and view.value["status"] == "forgotten", (name, reader, view)
 
@@ -288,7 +334,7 @@ def test_every_surface_refuses_alike_and_changes_nothing(node: Node, operation, 
     stored = stored_by_every_surface(node)
     api_key = node.keys.get(who, who)
     before = node.surfaces["rest"].recall(node.keys["alice"], query=QUERY, k=10)
-    for name, surface in node.surfaces.items():
+    for name, surface in offering(node, operation).items():
         call = getattr(surface, operation)
         if operation == "get":
             answer = call(api_key, stored["rest"] if arguments == "beta-cell" else arguments)
