@@ -77,10 +77,6 @@ class LifecycleStore:
         """Every superseded cell (the catalogue's filter, loaded when the node opens)."""
         return [r[0] for r in self.db.query("SELECT rowid FROM cells WHERE superseded_by IS NOT NULL")]
 
-    def links(self) -> list[tuple[str, str]]:
-        """Every ``(old_id, new_id)`` link, for an export."""
-        return self.db.query("SELECT old_id, new_id FROM supersessions ORDER BY old_id, new_id")
-
     # -- the inbox's news ----------------------------------------------------------------------
 
     def receivers(self, tx: Transaction, rowid: int) -> list[tuple[str, str, float, float, int]]:

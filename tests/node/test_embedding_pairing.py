@@ -21,12 +21,7 @@ ANCHOR = json.loads((Path(__file__).parent / "data" / "minilm_space_anchor.json"
 ANCHOR_TEXTS = [case["text"] for case in ANCHOR["cases"]]
 
 
-@pytest.fixture(scope="module")
-def model() -> MiniLMEmbedder:
-    directory = minilm.locate_builtin_weights()
-    if directory is None:
-        pytest.skip(f"builtin weights not installed ({minilm.INSTALL_HINT})")
-    return MiniLMEmbedder.from_directory(directory)
+from tests.node.test_embedding import model  # noqa: E402,F401 (the module's model, loaded once per module)
 
 
 @pytest.fixture
